@@ -1,0 +1,94 @@
+// Scenario files (schema punica-bench.scenario/1, DESIGN §4): defaults + cases, list-valued fields
+// crossed, stable case ids, model presets (SPEC §7.1), and the deterministic adapter/request layout
+// every backend and rank derives from (seed, case id) alone.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "kernels/common/dtype.h"
+
+namespace punica::bench {
+
+struct Popularity {
+  std::string kind = "uniform";  // uniform | zipf | sorted | round_robin
+  double zipf_alpha = 1.0;
+};
+
+// One fully crossed case. Sizes are resolved (model preset + module, or explicit fields).
+struct Case {
+  std::string id;       // "<name>/<op>/key=value/..." over every declared axis, fixed order
+  std::string name;     // the case entry's name
+  std::string op;       // lora_meta | lora_shrink | lora_expand | add_lora_linear |
+                        // add_lora_embedding | add_lora_logits | apply_lora_full_linear | layer
+  std::string file;     // scenario path it came from
+  nlohmann::json params;     // every axis value of this case (for the result record)
+  std::string skip_reason;   // non-empty: a crossing-invalid combination (skip, not an error)
+
+  // shapes
+  std::string model;    // preset name or ""
+  std::string module;   // qkv | o | gate_up | down | embedding | lm_head | "" (explicit sizes)
+  std::string layer;    // for op == layer: replicated | column | merged_column | qkv | merged_qkv |
+                        // row | vocab_embedding | logits
+  int64_t hidden = 0;                 // K (input width); embedding: embed dim
+  std::vector<int64_t> slices;        // N_s output widths (full, unsharded)
+  int64_t vocab = 0;                  // embedding / logits vocabulary
+  int64_t out_features = 0;           // apply_lora_full_linear head width (num_labels)
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;  // qkv layers (GQA)
+
+  // batch
+  std::string phase = "decode";       // prefill | decode
+  int64_t num_requests = 0;
+  int64_t tokens_per_request = 1;
+  int64_t num_tokens = 0;             // = num_requests * tokens_per_request
+  // adapters
+  int max_loras = 0;                  // L slots
+  int num_adapters = 0;               // adapters loaded (<= max_loras)
+  std::vector<int> ranks;             // true rank per adapter, cycled over adapters
+  int max_rank = 0;                   // padded rank r (>= every true rank)
+  Popularity popularity;
+  double no_lora_fraction = 0.0;      // share of requests without an adapter
+  std::vector<int> none_slices;       // slices whose sub-LoRA is None (stays zero)
+  float scale = 1.0f;
+  bool add_inputs = true;
+  int64_t offset_start = 0;
+  kernels::DType dtype = kernels::DType::bf16;
+  kernels::DType intermediate_dtype = kernels::DType::f32;  // shrink output buffer
+  int tp = 1;
+  bool fully_sharded = false;
+  uint64_t seed = 0;
+  // timing
+  int warmup = 5;
+  int iters = 20;
+};
+
+struct Scenario {
+  std::string path;
+  std::string name;
+  std::string description;
+  std::vector<Case> cases;
+};
+
+// Parse, validate and expand one scenario file. Any malformed content throws
+// punica::Error(ErrorKind::usage) with a one-line message "<file>: <json path>: <what was expected>".
+Scenario load_scenario(const std::string& path);
+// Same, from text already read (path only names it in messages).
+Scenario parse_scenario(const std::string& text, const std::string& path);
+// The built-in default scenario (`punica-bench run` with no file): small, mixed adapters and ranks.
+Scenario default_scenario();
+// Known op names and model presets (for validation and `punica-bench info`).
+const std::vector<std::string>& known_ops();
+const std::vector<std::string>& known_models();
+
+// Deterministic batch layout from (seed, case id): which slot each adapter sits in, each
+// request's slot (-1 = no adapter), each token's slot, and each slot's true rank (0 = empty).
+struct BatchLayout {
+  std::vector<int32_t> slot_rank;       // [max_loras]
+  std::vector<int32_t> adapter_slot;    // [num_adapters]
+  std::vector<int32_t> request_slot;    // [num_requests]
+  std::vector<int32_t> token_slot;      // [num_tokens]
+  int num_active_adapters = 0;          // distinct slots used by at least one token
+};
+BatchLayout make_layout(const Case& c);
+
+}  // namespace punica::bench

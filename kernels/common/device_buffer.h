@@ -1,0 +1,39 @@
+// Owning device allocation (cudaMalloc/cudaFree) and the small device utilities every op and test
+// needs: fills with a 16/32-bit pattern (NaN poisoning, guard canaries) and a GPU count that is 0,
+// not an error, on machines without a driver.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+namespace punica::kernels {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+
+  void* get() const { return ptr_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+  std::size_t bytes() const { return bytes_; }
+  void upload(const void* host, std::size_t bytes, std::size_t offset = 0);
+  void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Number of usable GPUs; 0 (never throws) when there is no device or no driver.
+int gpu_count();
+
+// Fill n elements of `elem_bytes` (2 or 4) with `pattern` on `stream`.
+void device_fill_pattern(void* ptr, std::size_t n, int elem_bytes, uint32_t pattern,
+                         cudaStream_t stream);
+
+}  // namespace punica::kernels

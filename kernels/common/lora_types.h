@@ -1,0 +1,22 @@
+// Shared pieces of every LoRA op contract: the slice limit and the view of vLLM's LoRAKernelMeta
+// (tokens sorted by adapter slot). Pointers live where the backend keeps its tensors (host for the
+// CPU backend, device for CUDA).
+#pragma once
+#include <cstdint>
+
+namespace punica::kernels {
+
+constexpr int kMaxSlices = 8;  // qkv = 3, gate_up = 2, variable-slice merged column up to 8
+
+// vLLM LoRAKernelMeta (lora_kernel_metadata.py). L = max_loras. All int32.
+struct LoraMetaView {
+  const int32_t* token_lora_mapping = nullptr;    // [T] slot of token t, -1 = no LoRA
+  const int32_t* sorted_token_ids = nullptr;      // [T] tokens stably sorted by slot (-1 first)
+  const int32_t* active_lora_ids = nullptr;       // [L+1] sorted unique slots present, tail -1
+  const int32_t* num_tokens_per_lora = nullptr;   // [L+1] tokens of active_lora_ids[i], tail 0
+  const int32_t* lora_token_start_loc = nullptr;  // [L+2] exclusive prefix sum of the counts
+  const int32_t* no_lora_flag = nullptr;          // [1] 1 when every token is -1
+  const int32_t* num_active = nullptr;            // [1] number of unique values (incl. -1)
+};
+
+}  // namespace punica::kernels

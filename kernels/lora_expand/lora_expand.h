@@ -1,0 +1,33 @@
+// vLLM add_expand / lora_expand: for tokens with a slot l and each slice s,
+//   y[t, c_s + n] = (add_inputs ? y[t, c_s + n] : 0) + round_w(B_s[l] @ round_w(x[s, t, :]))[n]
+// with c_s = offset_start + sum_{j<s} N_s. Tokens with slot -1 and columns outside the slices are
+// never touched. Only the first lora_ranks[l] columns of B_s[l] / entries of x are read.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime_api.h>
+#include "kernels/common/dtype.h"
+#include "kernels/common/lora_types.h"
+
+namespace punica::kernels {
+
+struct LoraExpandArgs {
+  DType in_dtype = DType::f32;    // x: fp32 (shrink buffer) or the weight dtype
+  DType dtype = DType::bf16;      // B and y
+  int64_t num_tokens = 0;         // T
+  const void* x = nullptr;        // [S, T, max_rank] contiguous
+  int num_slices = 1;
+  const void* lora_b[kMaxSlices] = {};   // each [L, N_s, max_rank] contiguous (vLLM [L,1,N_s,r])
+  int64_t slice_width[kMaxSlices] = {};  // N_s (taken from B, may differ per slice)
+  int max_loras = 0;
+  int max_rank = 0;
+  const int32_t* lora_ranks = nullptr;   // [L]
+  LoraMetaView meta;
+  void* y = nullptr;              // [T, >= offset_start + sum N_s], row stride y_row_stride
+  int64_t y_row_stride = 0;
+  int64_t offset_start = 0;
+  bool add_inputs = true;
+};
+
+void launch_lora_expand(const LoraExpandArgs& args, cudaStream_t stream);
+
+}  // namespace punica::kernels

@@ -1,0 +1,22 @@
+# Writes build_info.h with the git sha and dirty flag; rewritten only when it changes.
+execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
+                OUTPUT_VARIABLE SHA OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE RC1)
+if(NOT RC1 EQUAL 0 OR SHA STREQUAL "")
+  set(SHA "unknown")
+endif()
+execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SRC}
+                OUTPUT_VARIABLE ST OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(ST STREQUAL "")
+  set(DIRTY false)
+else()
+  set(DIRTY true)
+endif()
+set(TEXT "#pragma once\n#define PUNICA_VERSION \"${VERSION}\"\n#define PUNICA_GIT_SHA \"${SHA}\"\n#define PUNICA_GIT_DIRTY ${DIRTY}\n#define PUNICA_BUILD_TYPE \"${BUILD_TYPE}\"\n#define PUNICA_CUDA_ARCHS \"${ARCHS}\"\n#define PUNICA_COMPILER \"${COMPILER}\"\n")
+if(EXISTS ${OUT})
+  file(READ ${OUT} OLD)
+else()
+  set(OLD "")
+endif()
+if(NOT OLD STREQUAL TEXT)
+  file(WRITE ${OUT} "${TEXT}")
+endif()
