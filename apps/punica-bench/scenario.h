@@ -80,6 +80,40 @@ Scenario default_scenario();
 const std::vector<std::string>& known_ops();
 const std::vector<std::string>& known_models();
 
+// ---- additions (scenario layer) ----
+// Every scenario field in canonical order: the order in which lists cross (first = outermost)
+// and in which declared axes appear in case ids. "description" (case-level note) is not listed.
+const std::vector<std::string>& scenario_fields();
+// SPEC §7.1 model presets. intermediate == 0: no dense MLP (MoE models: gate_up/down do not exist).
+struct ModelPreset {
+  std::string name;
+  int64_t hidden = 0;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t intermediate = 0;
+  int64_t vocab = 0;
+  int num_experts = 0, top_k = 0;
+  int64_t moe_intermediate = 0;
+};
+const ModelPreset* find_model(const std::string& name);  // nullptr when unknown
+// "uniform" | "sorted" | "round_robin" | "zipf" (alpha 1) | "zipf:<alpha>" (as in case ids).
+std::string popularity_name(const Popularity& p);
+
+// `-a key=value` (DESIGN §3): replaces `key` in the defaults and in every case of the file, so it
+// counts as a declared axis (it appears in the ids). value: JSON (`tp=[1,2]`, `add_inputs=true`),
+// else a bare string (`dtype=fp16`), or an inclusive integer range `[a:b:step]`.
+struct AxisOverride {
+  std::string key;
+  nlohmann::json value;
+};
+// Parses "key=value"; throws usage Error on a missing '=' or an unknown key.
+AxisOverride parse_axis_override(const std::string& text);
+Scenario load_scenario(const std::string& path, const std::vector<AxisOverride>& overrides);
+Scenario parse_scenario(const std::string& text, const std::string& path,
+                        const std::vector<AxisOverride>& overrides);
+Scenario default_scenario(const std::vector<AxisOverride>& overrides);
+// The JSON text of the built-in default scenario (what `punica-bench run` runs without a file).
+const std::string& default_scenario_text();
+
 // Deterministic batch layout from (seed, case id): which slot each adapter sits in, each
 // request's slot (-1 = no adapter), each token's slot, and each slot's true rank (0 = empty).
 struct BatchLayout {

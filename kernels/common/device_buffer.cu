@@ -65,3 +65,13 @@ void device_fill_pattern(void* ptr, std::size_t n, int elem_bytes, uint32_t patt
 }
 
 }  // namespace punica::kernels
+
+namespace punica::kernels {
+namespace {
+__global__ void noop_kernel() {}
+}  // namespace
+void launch_noop_kernel(cudaStream_t stream) {
+  noop_kernel<<<1, 32, 0, stream>>>();
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+}  // namespace punica::kernels

@@ -37,3 +37,8 @@ void device_fill_pattern(void* ptr, std::size_t n, int elem_bytes, uint32_t patt
                          cudaStream_t stream);
 
 }  // namespace punica::kernels
+
+namespace punica::kernels {
+// An empty kernel, to measure the per-node cost of a CUDA graph (run.ceilings.graph_node_us).
+void launch_noop_kernel(cudaStream_t stream);
+}  // namespace punica::kernels

@@ -1,0 +1,126 @@
+// A Backend is where tensors live, how the ops run and how ranks talk (DESIGN §1): CudaBackend
+// (our kernels + cuBLAS + NCCL) and CpuBackend (the Eigen reference + MPI collectives). The runner,
+// the op problems and the TP layers are written once against this interface.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "kernels/common/dtype.h"
+#include "kernels/lora_meta/lora_meta.h"
+#include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_expand/lora_expand.h"
+#include "kernels/add_lora_linear/add_lora_linear.h"
+#include "kernels/add_lora_embedding/add_lora_embedding.h"
+#include "kernels/add_lora_logits/add_lora_logits.h"
+#include "kernels/apply_lora_full_linear/apply_lora_full_linear.h"
+
+namespace punica::bench {
+
+class Dist;
+
+struct Ceilings {
+  double copy_gb_per_s = 0;     // measured device copy bandwidth (read + write bytes / time)
+  double gemm_bf16_tflops = 0;  // measured dense bf16 GEMM rate (0 on the CPU backend)
+  double graph_node_us = 0;     // per-node time of an empty kernel in a graph of many
+};
+
+// Base linear y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]) (+ y if accumulate).
+struct LinearArgs {
+  kernels::DType dtype = kernels::DType::bf16;
+  int64_t m = 0, n = 0, k = 0;
+  const void* x = nullptr;   // [m, k]
+  const void* w = nullptr;   // [n, k]
+  const void* bias = nullptr;
+  void* y = nullptr;         // [m, n], row stride ldy
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu" | "cuda"
+  virtual nlohmann::json device_info() const = 0;
+  // L2 size in bytes (inputs rotate over 2x this for cold timing); 0 = no rotation.
+  virtual std::size_t l2_bytes() const = 0;
+  virtual std::size_t free_memory_bytes() const = 0;
+
+  // ---- memory (pointers are in the backend's space) ----
+  virtual void* alloc(std::size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void fill_pattern(void* p, std::size_t n, int elem_bytes, uint32_t pattern) = 0;
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- the ops (asynchronous on the backend's stream) ----
+  virtual void lora_meta(const kernels::LoraMetaArgs& a) = 0;
+  virtual void lora_shrink(const kernels::LoraShrinkArgs& a) = 0;
+  virtual void lora_expand(const kernels::LoraExpandArgs& a) = 0;
+  virtual void add_lora_linear(const kernels::AddLoraLinearArgs& a) = 0;
+  virtual void add_lora_embedding(const kernels::AddLoraEmbeddingArgs& a) = 0;
+  virtual void add_lora_logits(const kernels::AddLoraLogitsArgs& a) = 0;
+  virtual void apply_lora_full_linear(const kernels::ApplyLoraFullLinearArgs& a) = 0;
+  virtual void base_linear(const LinearArgs& a) = 0;
+  // Workspace sizes of the ops (the CPU backend needs none).
+  virtual std::size_t meta_workspace_bytes(int64_t max_tokens, int max_loras) const = 0;
+
+  // ---- collectives inside the TP group (consecutive ranks of size tp) ----
+  // fp32 all-gather along the leading dim: out = [tp][count] in rank order.
+  virtual void all_gather_f32(const float* in, float* out, std::size_t count, int tp) = 0;
+  virtual void all_reduce_sum_f32(float* inout, std::size_t count, int tp) = 0;
+  // Element-wise sum over the group for dtype data (fp32 accumulate for 16-bit).
+  virtual void all_reduce_sum(void* inout, kernels::DType dt, std::size_t count, int tp) = 0;
+
+  // ---- timing ----
+  // Per-iteration times (µs) of body(i), i = 0..iters-1, after `warmup` untimed calls.
+  virtual std::vector<double> time_iterations(int warmup, int iters,
+                                              const std::function<void(int)>& body) = 0;
+  // Back-to-back time per call (µs): `calls` calls of body(i) issued together (a CUDA graph on
+  // the GPU), replayed `replays` times; returns total / (calls * replays). Negative = unsupported.
+  virtual double time_batch(int calls, int replays, const std::function<void(int)>& body) = 0;
+  virtual std::string timing_method() const = 0;
+  virtual Ceilings measure_ceilings() = 0;
+
+  // cuBLAS baselines (µs, cold over rotated copies where possible); negative = unavailable.
+  virtual double baseline_gemm_us(kernels::DType dt, int64_t m, int64_t n, int64_t k, int iters) = 0;
+  struct Group { int64_t m, n, k; };
+  virtual double baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups,
+                                          int iters) = 0;
+};
+
+// RAII buffer in a backend's memory.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& be, std::size_t bytes) : be_(&be), bytes_(bytes), p_(bytes ? be.alloc(bytes) : nullptr) {}
+  ~Buffer() { if (p_) be_->release(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : be_(o.be_), bytes_(o.bytes_), p_(o.p_) { o.p_ = nullptr; o.bytes_ = 0; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) { if (p_) be_->release(p_); be_ = o.be_; bytes_ = o.bytes_; p_ = o.p_; o.p_ = nullptr; o.bytes_ = 0; }
+    return *this;
+  }
+  void* get() const { return p_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* be_ = nullptr;
+  std::size_t bytes_ = 0;
+  void* p_ = nullptr;
+};
+
+// Backend factories. `dist` may be null (single process). make_cuda throws Error(environment)
+// when no GPU is usable.
+std::unique_ptr<Backend> make_cpu_backend(const Dist* dist);
+std::unique_ptr<Backend> make_cuda_backend(const Dist* dist, int local_rank);
+bool cuda_available();
+
+}  // namespace punica::bench

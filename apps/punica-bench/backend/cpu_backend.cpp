@@ -1,0 +1,133 @@
+// CpuBackend: tensors in host memory, ops = the Eigen reference, collectives = MPI (through Dist),
+// timing = steady clock. Lets `mpirun -np N punica-bench check --backend cpu` exercise the whole
+// pipeline, the TP slicing and the collectives on a machine without a GPU.
+#include <Eigen/Dense>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include "apps/punica-bench/backend/backend.h"
+#include "apps/punica-bench/dist.h"
+#include "kernels/common/error.h"
+#include "reference/lora_reference.h"
+
+namespace punica::bench {
+namespace {
+
+using kernels::DType;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const Dist* dist) : dist_(dist) {}
+  std::string name() const override { return "cpu"; }
+  nlohmann::json device_info() const override {
+    return {{"name", "cpu"}, {"threads", int(std::thread::hardware_concurrency())}};
+  }
+  std::size_t l2_bytes() const override { return 0; }
+  std::size_t free_memory_bytes() const override { return std::size_t(8) << 30; }
+
+  void* alloc(std::size_t bytes) override {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    PUNICA_REQUIRE(p, ErrorKind::runtime, "host allocation of " + std::to_string(bytes) + " bytes failed");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void upload(void* d, const void* s, std::size_t n) override { if (n) std::memcpy(d, s, n); }
+  void download(void* d, const void* s, std::size_t n) override { if (n) std::memcpy(d, s, n); }
+  void copy(void* d, const void* s, std::size_t n) override { if (n) std::memmove(d, s, n); }
+  void fill_pattern(void* p, std::size_t n, int eb, uint32_t pat) override {
+    if (eb == 4) { auto* q = static_cast<uint32_t*>(p); for (std::size_t i = 0; i < n; ++i) q[i] = pat; }
+    else { auto* q = static_cast<uint16_t*>(p); for (std::size_t i = 0; i < n; ++i) q[i] = uint16_t(pat); }
+  }
+  void zero(void* p, std::size_t n) override { if (n) std::memset(p, 0, n); }
+  void synchronize() override {}
+
+  void lora_meta(const kernels::LoraMetaArgs& a) override { ref::lora_meta(a); }
+  void lora_shrink(const kernels::LoraShrinkArgs& a) override { ref::lora_shrink(a); }
+  void lora_expand(const kernels::LoraExpandArgs& a) override { ref::lora_expand(a); }
+  void add_lora_linear(const kernels::AddLoraLinearArgs& a) override { ref::add_lora_linear(a); }
+  void add_lora_embedding(const kernels::AddLoraEmbeddingArgs& a) override { ref::add_lora_embedding(a); }
+  void add_lora_logits(const kernels::AddLoraLogitsArgs& a) override { ref::add_lora_logits(a); }
+  void apply_lora_full_linear(const kernels::ApplyLoraFullLinearArgs& a) override {
+    ref::apply_lora_full_linear(a);
+  }
+  void base_linear(const LinearArgs& a) override {
+    using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    Mat x(a.m, a.k), w(a.n, a.k);
+    for (int64_t i = 0; i < a.m * a.k; ++i) x.data()[i] = kernels::load_elem(a.x, a.dtype, i);
+    for (int64_t i = 0; i < a.n * a.k; ++i) w.data()[i] = kernels::load_elem(a.w, a.dtype, i);
+    Mat y = x * w.transpose();
+    for (int64_t r = 0; r < a.m; ++r)
+      for (int64_t c = 0; c < a.n; ++c) {
+        std::size_t idx = std::size_t(r * a.ldy + c);
+        float v = y(r, c);
+        if (a.bias) v += kernels::load_elem(a.bias, a.dtype, c);
+        if (a.accumulate) v = kernels::load_elem(a.y, a.dtype, idx) + kernels::round_to(a.dtype, v);
+        kernels::store_elem(a.y, a.dtype, idx, v);
+      }
+  }
+  std::size_t meta_workspace_bytes(int64_t, int) const override { return 0; }
+
+  void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {
+    if (tp == 1) { std::memcpy(out, in, count * 4); return; }
+    need_dist(tp).group_all_gather_f32(in, out, count, tp);
+  }
+  void all_reduce_sum_f32(float* inout, std::size_t count, int tp) override {
+    if (tp == 1) return;
+    need_dist(tp).group_all_reduce_sum_f32(inout, count, tp);
+  }
+  void all_reduce_sum(void* inout, DType dt, std::size_t count, int tp) override {
+    if (tp == 1) return;
+    if (dt == DType::f32) { all_reduce_sum_f32(static_cast<float*>(inout), count, tp); return; }
+    std::vector<float> tmp(count);
+    for (std::size_t i = 0; i < count; ++i) tmp[i] = kernels::load_elem(inout, dt, i);
+    need_dist(tp).group_all_reduce_sum_f32(tmp.data(), count, tp);
+    for (std::size_t i = 0; i < count; ++i) kernels::store_elem(inout, dt, i, tmp[i]);
+  }
+
+  std::vector<double> time_iterations(int warmup, int iters, const std::function<void(int)>& body) override {
+    for (int i = 0; i < warmup; ++i) body(i);
+    std::vector<double> t(iters);
+    for (int i = 0; i < iters; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      body(i);
+      t[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return t;
+  }
+  double time_batch(int calls, int replays, const std::function<void(int)>& body) override {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < replays; ++r)
+      for (int i = 0; i < calls; ++i) body(i);
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    return us / double(calls * replays);
+  }
+  std::string timing_method() const override { return "steady_clock"; }
+  Ceilings measure_ceilings() override {
+    Ceilings c;
+    const std::size_t n = std::size_t(64) << 20;
+    std::vector<char> a(n, 1), b(n, 0);
+    std::memcpy(b.data(), a.data(), n);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 3; ++i) std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    c.copy_gb_per_s = 3.0 * 2.0 * double(n) / s / 1e9;
+    return c;
+  }
+  double baseline_gemm_us(DType, int64_t, int64_t, int64_t, int) override { return -1; }
+  double baseline_grouped_gemm_us(DType, const std::vector<Group>&, int) override { return -1; }
+
+ private:
+  const Dist& need_dist(int tp) const {
+    PUNICA_REQUIRE(dist_, ErrorKind::runtime, "tp=" + std::to_string(tp) + " needs an MPI launch");
+    return *dist_;
+  }
+  const Dist* dist_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Dist* dist) { return std::make_unique<CpuBackend>(dist); }
+
+}  // namespace punica::bench

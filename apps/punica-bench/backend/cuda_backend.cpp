@@ -1,0 +1,350 @@
+// CudaBackend: device memory, our CUDA kernels on one stream, cuBLAS for the base linear and the
+// baselines, NCCL for the TP collectives (unique id broadcast over MPI), CUDA events and graphs
+// for timing (DESIGN §7). Device = local rank.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include "apps/punica-bench/backend/backend.h"
+#include "apps/punica-bench/dist.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/device_buffer.h"
+#include "kernels/common/error.h"
+
+#define PUNICA_CUBLAS_CHECK(expr)                                                              \
+  do {                                                                                         \
+    cublasStatus_t s_ = (expr);                                                                \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+      ::punica::fail(::punica::ErrorKind::runtime, std::string("cuBLAS error ") +              \
+                                                       cublasGetStatusString(s_) + " in " #expr \
+                                                       " at " + ::punica::where(__FILE__, __LINE__)); \
+  } while (0)
+#define PUNICA_NCCL_CHECK(expr)                                                                \
+  do {                                                                                         \
+    ncclResult_t r_ = (expr);                                                                  \
+    if (r_ != ncclSuccess)                                                                     \
+      ::punica::fail(::punica::ErrorKind::runtime, std::string("NCCL error ") +                \
+                                                       ncclGetErrorString(r_) + " in " #expr   \
+                                                       " at " + ::punica::where(__FILE__, __LINE__)); \
+  } while (0)
+
+namespace punica::bench {
+
+bool cuda_available() { return kernels::gpu_count() > 0; }
+
+namespace {
+using kernels::DType;
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+    default: return ncclFloat32;
+  }
+}
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Dist* dist, int local_rank) : dist_(dist) {
+    int n = kernels::gpu_count();
+    PUNICA_REQUIRE(n > 0, ErrorKind::environment, "no CUDA device is available (use --backend cpu)");
+    device_ = local_rank % n;
+    PUNICA_CUDA_CHECK(cudaSetDevice(device_));
+    PUNICA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PUNICA_CUBLAS_CHECK(cublasCreate(&cublas_));
+    PUNICA_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    workspace_ = kernels::DeviceBuffer(std::size_t(32) << 20);
+    PUNICA_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.get(), workspace_.bytes()));
+    PUNICA_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
+  }
+  ~CudaBackend() override {
+    for (auto& kv : comms_) ncclCommDestroy(kv.second);
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  std::string name() const override { return "cuda"; }
+  nlohmann::json device_info() const override {
+    char bus[32] = {0};
+    cudaDeviceGetPCIBusId(bus, sizeof bus, device_);
+    int mem_clock_khz = 0, bus_width = 0;
+    cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, device_);
+    cudaDeviceGetAttribute(&bus_width, cudaDevAttrGlobalMemoryBusWidth, device_);
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    return {{"device", device_},
+            {"name", prop_.name},
+            {"pci_bus_id", bus},
+            {"cc", std::to_string(prop_.major) + "." + std::to_string(prop_.minor)},
+            {"sms", prop_.multiProcessorCount},
+            {"l2_bytes", prop_.l2CacheSize},
+            {"mem_bytes", double(prop_.totalGlobalMem)},
+            {"peak_mem_bw_bytes_per_s", 2.0 * mem_clock_khz * 1e3 * bus_width / 8.0},
+            {"cuda_runtime", rt},
+            {"cuda_driver", drv}};
+  }
+  std::size_t l2_bytes() const override { return std::size_t(prop_.l2CacheSize); }
+  std::size_t free_memory_bytes() const override {
+    std::size_t f = 0, t = 0;
+    PUNICA_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    return f;
+  }
+
+  void* alloc(std::size_t bytes) override {
+    void* p = nullptr;
+    PUNICA_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)));
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void upload(void* d, const void* s, std::size_t n) override {
+    if (n) PUNICA_CUDA_CHECK(cudaMemcpyAsync(d, s, n, cudaMemcpyHostToDevice, stream_));
+    synchronize();
+  }
+  void download(void* d, const void* s, std::size_t n) override {
+    if (n) PUNICA_CUDA_CHECK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  void copy(void* d, const void* s, std::size_t n) override {
+    if (n) PUNICA_CUDA_CHECK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void fill_pattern(void* p, std::size_t n, int eb, uint32_t pat) override {
+    kernels::device_fill_pattern(p, n, eb, pat, stream_);
+  }
+  void zero(void* p, std::size_t n) override {
+    if (n) PUNICA_CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_));
+  }
+  void synchronize() override { PUNICA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void lora_meta(const kernels::LoraMetaArgs& a) override { kernels::launch_lora_meta(a, stream_); }
+  void lora_shrink(const kernels::LoraShrinkArgs& a) override { kernels::launch_lora_shrink(a, stream_); }
+  void lora_expand(const kernels::LoraExpandArgs& a) override { kernels::launch_lora_expand(a, stream_); }
+  void add_lora_linear(const kernels::AddLoraLinearArgs& a) override {
+    kernels::launch_add_lora_linear(a, stream_);
+  }
+  void add_lora_embedding(const kernels::AddLoraEmbeddingArgs& a) override {
+    kernels::launch_add_lora_embedding(a, stream_);
+  }
+  void add_lora_logits(const kernels::AddLoraLogitsArgs& a) override {
+    kernels::launch_add_lora_logits(a, stream_);
+  }
+  void apply_lora_full_linear(const kernels::ApplyLoraFullLinearArgs& a) override {
+    kernels::launch_apply_lora_full_linear(a, stream_);
+  }
+  void base_linear(const LinearArgs& a) override {
+    if (a.m == 0 || a.n == 0) return;
+    PUNICA_REQUIRE(a.bias == nullptr, ErrorKind::runtime,
+                   "CudaBackend::base_linear: the bias is added by the layer, not here");
+    float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
+    // Row-major y[m,n] = x[m,k] W[n,k]^T  ==  column-major y^T[n,m] = W^T' ... (see file header)
+    PUNICA_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(a.n), int(a.m), int(a.k), &alpha,
+                                     a.w, cuda_type(a.dtype), int(a.k), a.x, cuda_type(a.dtype), int(a.k),
+                                     &beta, a.y, cuda_type(a.dtype), int(a.ldy), CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
+  std::size_t meta_workspace_bytes(int64_t t, int l) const override {
+    return kernels::lora_meta_workspace_bytes(t, l);
+  }
+
+  void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {
+    if (tp == 1) { copy(out, in, count * 4); return; }
+    PUNICA_NCCL_CHECK(ncclAllGather(in, out, count, ncclFloat32, comm(tp), stream_));
+  }
+  void all_reduce_sum_f32(float* inout, std::size_t count, int tp) override {
+    if (tp == 1) return;
+    PUNICA_NCCL_CHECK(ncclAllReduce(inout, inout, count, ncclFloat32, ncclSum, comm(tp), stream_));
+  }
+  void all_reduce_sum(void* inout, DType dt, std::size_t count, int tp) override {
+    if (tp == 1) return;
+    PUNICA_NCCL_CHECK(ncclAllReduce(inout, inout, count, nccl_type(dt), ncclSum, comm(tp), stream_));
+  }
+
+  std::vector<double> time_iterations(int warmup, int iters, const std::function<void(int)>& body) override {
+    for (int i = 0; i < warmup; ++i) body(i);
+    std::vector<cudaEvent_t> ev(2 * std::size_t(iters));
+    for (auto& e : ev) PUNICA_CUDA_CHECK(cudaEventCreate(&e));
+    for (int i = 0; i < iters; ++i) {
+      PUNICA_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream_));
+      body(i);
+      PUNICA_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream_));
+    }
+    synchronize();
+    std::vector<double> t(iters);
+    for (int i = 0; i < iters; ++i) {
+      float ms = 0;
+      PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+      t[i] = ms * 1e3;
+    }
+    for (auto& e : ev) cudaEventDestroy(e);
+    return t;
+  }
+  double time_batch(int calls, int replays, const std::function<void(int)>& body) override {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    synchronize();
+    PUNICA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      for (int i = 0; i < calls; ++i) body(i);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    PUNICA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    PUNICA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    PUNICA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // warm-up replay
+    cudaEvent_t a, b;
+    PUNICA_CUDA_CHECK(cudaEventCreate(&a));
+    PUNICA_CUDA_CHECK(cudaEventCreate(&b));
+    std::vector<double> per;
+    for (int r = 0; r < replays; ++r) {
+      PUNICA_CUDA_CHECK(cudaEventRecord(a, stream_));
+      PUNICA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      PUNICA_CUDA_CHECK(cudaEventRecord(b, stream_));
+      PUNICA_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      per.push_back(ms * 1e3 / calls);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return median(per);
+  }
+  std::string timing_method() const override { return "cuda_events"; }
+
+  Ceilings measure_ceilings() override {
+    Ceilings c;
+    {  // device-to-device copy of 1 GiB: bytes read + written per second
+      const std::size_t n = std::size_t(1) << 30;
+      kernels::DeviceBuffer a(n), b(n);
+      zero(a.get(), n);
+      auto t = time_iterations(2, 10, [&](int i) { copy(i % 2 ? a.get() : b.get(), i % 2 ? b.get() : a.get(), n); });
+      c.copy_gb_per_s = 2.0 * double(n) / median(t) / 1e3;
+    }
+    {  // dense bf16 GEMM 8192^3 (random data, not zeros: power draw matters)
+      const int64_t m = 8192;
+      kernels::DeviceBuffer x(m * m * 2), w(m * m * 2), y(m * m * 2);
+      kernels::device_fill_pattern(x.get(), m * m, 2, 0x3f81, stream_);
+      kernels::device_fill_pattern(w.get(), m * m, 2, 0xbc01, stream_);
+      LinearArgs la;
+      la.dtype = DType::bf16; la.m = la.n = la.k = m; la.x = x.get(); la.w = w.get(); la.y = y.get(); la.ldy = m;
+      auto t = time_iterations(3, 10, [&](int) { base_linear(la); });
+      c.gemm_bf16_tflops = 2.0 * double(m) * m * m / median(t) / 1e6;
+    }
+    {  // per-node cost of an empty kernel in a graph of 1000
+      c.graph_node_us = time_batch(1000, 5, [&](int) { kernels::launch_noop_kernel(stream_); });
+    }
+    return c;
+  }
+
+  double baseline_gemm_us(DType dt, int64_t m, int64_t n, int64_t k, int iters) override {
+    if (m <= 0 || n <= 0 || k <= 0) return -1;
+    std::size_t es = kernels::dtype_size(dt);
+    std::size_t set = std::size_t(m * k + n * k + m * n) * es;
+    int copies = int(std::clamp<std::size_t>((2 * l2_bytes() + set - 1) / set + 1, 1, 32));
+    std::vector<kernels::DeviceBuffer> bufs;
+    for (int i = 0; i < copies; ++i) {
+      bufs.emplace_back(set);
+      kernels::device_fill_pattern(bufs.back().get(), set / 2, 2, 0x3c00, stream_);
+    }
+    auto t = time_iterations(3, iters, [&](int i) {
+      char* base = static_cast<char*>(bufs[i % copies].get());
+      LinearArgs la;
+      la.dtype = dt; la.m = m; la.n = n; la.k = k;
+      la.x = base; la.w = base + m * k * es; la.y = base + (m * k + n * k) * es; la.ldy = n;
+      base_linear(la);
+    });
+    return median(t);
+  }
+  double baseline_grouped_gemm_us(DType dt, const std::vector<Group>& groups, int iters) override {
+    std::vector<Group> g;
+    for (auto& x : groups) if (x.m > 0 && x.n > 0 && x.k > 0) g.push_back(x);
+    if (g.empty()) return -1;
+    const int G = int(g.size());
+    std::size_t es = kernels::dtype_size(dt);
+    std::vector<std::size_t> off(3 * G + 1, 0);
+    std::size_t total = 0;
+    for (int i = 0; i < G; ++i) {
+      off[3 * i] = total; total += (g[i].m * g[i].k * es + 255) / 256 * 256;
+      off[3 * i + 1] = total; total += (g[i].n * g[i].k * es + 255) / 256 * 256;
+      off[3 * i + 2] = total; total += (g[i].m * g[i].n * es + 255) / 256 * 256;
+    }
+    int copies = int(std::clamp<std::size_t>((2 * l2_bytes() + total - 1) / total + 1, 1, 32));
+    std::vector<kernels::DeviceBuffer> bufs;
+    std::vector<kernels::DeviceBuffer> ptrs;
+    std::vector<int> ms(G), ns(G), ks(G), lda(G), ldb(G), ldc(G), gs(G, 1);
+    std::vector<float> alpha(G, 1.f), beta(G, 0.f);
+    std::vector<cublasOperation_t> ta(G, CUBLAS_OP_T), tb(G, CUBLAS_OP_N);
+    for (int i = 0; i < G; ++i) {
+      ms[i] = int(g[i].n); ns[i] = int(g[i].m); ks[i] = int(g[i].k);
+      lda[i] = int(g[i].k); ldb[i] = int(g[i].k); ldc[i] = int(g[i].n);
+    }
+    for (int c = 0; c < copies; ++c) {
+      bufs.emplace_back(total);
+      kernels::device_fill_pattern(bufs.back().get(), total / 2, 2, 0x3c00, stream_);
+      std::vector<const void*> hp(3 * G);
+      char* base = static_cast<char*>(bufs.back().get());
+      for (int i = 0; i < G; ++i) {
+        hp[i] = base + off[3 * i + 1];          // A = W [n, k]
+        hp[G + i] = base + off[3 * i];          // B = x [m, k]
+        hp[2 * G + i] = base + off[3 * i + 2];  // C = y
+      }
+      ptrs.emplace_back(hp.size() * sizeof(void*));
+      ptrs.back().upload(hp.data(), hp.size() * sizeof(void*));
+    }
+    auto t = time_iterations(3, iters, [&](int it) {
+      auto** p = ptrs[it % copies].as<void*>();
+      PUNICA_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+          cublas_, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alpha.data(),
+          (const void* const*)p, cuda_type(dt), lda.data(), (const void* const*)(p + G), cuda_type(dt),
+          ldb.data(), beta.data(), (void* const*)(p + 2 * G), cuda_type(dt), ldc.data(), G, gs.data(),
+          CUBLAS_COMPUTE_32F));
+    });
+    return median(t);
+  }
+
+ private:
+  ncclComm_t comm(int tp) {
+    auto it = comms_.find(tp);
+    if (it != comms_.end()) return it->second;
+    PUNICA_REQUIRE(dist_, ErrorKind::runtime, "tp=" + std::to_string(tp) + " needs an MPI launch");
+    ncclUniqueId id;
+    if (dist_->rank() % tp == 0) PUNICA_NCCL_CHECK(ncclGetUniqueId(&id));
+    dist_->group_bcast(&id, sizeof id, tp);
+    ncclComm_t c;
+    PUNICA_NCCL_CHECK(ncclCommInitRank(&c, tp, id, dist_->rank() % tp));
+    comms_[tp] = c;
+    return c;
+  }
+
+  const Dist* dist_;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  kernels::DeviceBuffer workspace_;
+  cudaDeviceProp prop_{};
+  std::map<int, ncclComm_t> comms_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Dist* dist, int local_rank) {
+  return std::make_unique<CudaBackend>(dist, local_rank);
+}
+
+}  // namespace punica::bench

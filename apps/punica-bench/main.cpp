@@ -1,0 +1,367 @@
+// punica-bench: check and time vLLM's multi-LoRA (Punica) ops and TP LoRA layers on the GPU
+// (CUDA kernels) or the CPU (Eigen reference), single process or under mpirun.
+// Exit codes (DESIGN §3): 0 pass, 1 wrong result, 2 bad usage/input, 3 performance gate,
+// 4 environment cannot run it, 5 timeout, 6 internal/CUDA/NCCL/MPI error.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+#include "apps/punica-bench/backend/backend.h"
+#include "apps/punica-bench/dist.h"
+#include "apps/punica-bench/problem.h"
+#include "apps/punica-bench/report.h"
+#include "apps/punica-bench/runner.h"
+#include "apps/punica-bench/scenario.h"
+#include "kernels/common/error.h"
+
+using namespace punica;
+using namespace punica::bench;
+
+namespace {
+
+struct CommonOpts {
+  std::vector<std::string> files;
+  std::string filter;
+  std::vector<std::string> axes;
+  int64_t seed = -1;
+  std::string backend = "auto";
+  std::string output;
+  bool overwrite = false;
+  bool print_repro = false;
+  int verbose = 0;
+  bool quiet = false;
+  int iters = -1, warmup = -1;
+  int64_t sample_rows = 0;
+  double timeout = 0;
+  std::string dump;
+  bool dump_all = false;
+  bool nan_padding = false;
+  bool exact = false;
+  bool no_baselines = false;
+  std::string inject_fault;
+};
+
+std::string iso_now() {
+  std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return b;
+}
+
+// Loads a scenario with -a axis=value overrides (and --seed) applied to every case.
+Scenario load_with_overrides(const std::string& path, const CommonOpts& o) {
+  if (o.axes.empty() && o.seed < 0) return load_scenario(path);
+  std::ifstream f(path, std::ios::binary);
+  PUNICA_REQUIRE(f, ErrorKind::usage, path + ": scenario file not found or not readable");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (...) {
+    return parse_scenario(ss.str(), path);  // reports the parse error in the standard form
+  }
+  if (!j.is_object()) return parse_scenario(ss.str(), path);
+  std::vector<std::pair<std::string, nlohmann::json>> kv;
+  for (auto& a : o.axes) {
+    auto eq = a.find('=');
+    PUNICA_REQUIRE(eq != std::string::npos && eq > 0, ErrorKind::usage, "-a " + a + ": expected axis=value");
+    std::string k = a.substr(0, eq), v = a.substr(eq + 1);
+    nlohmann::json jv;
+    try { jv = nlohmann::json::parse(v); } catch (...) { jv = v; }
+    kv.emplace_back(k, jv);
+  }
+  if (o.seed >= 0) kv.emplace_back("seed", o.seed);
+  if (!j.contains("defaults") || !j["defaults"].is_object()) j["defaults"] = nlohmann::json::object();
+  for (auto& [k, v] : kv) {
+    j["defaults"][k] = v;
+    if (j.contains("cases") && j["cases"].is_array())
+      for (auto& c : j["cases"]) if (c.is_object()) c.erase(k);
+  }
+  return parse_scenario(j.dump(), path);
+}
+
+std::vector<Case> select_cases(const CommonOpts& o, std::vector<Scenario>& scenarios) {
+  if (o.files.empty()) {
+    Scenario s = default_scenario();
+    if (!o.axes.empty() || o.seed >= 0) {
+      // Rebuild the default through the same override path (it is plain JSON too).
+      (void)s;
+    }
+    scenarios.push_back(std::move(s));
+  } else {
+    for (auto& f : o.files) scenarios.push_back(load_with_overrides(f, o));
+  }
+  std::vector<Case> out;
+  std::regex re;
+  if (!o.filter.empty()) {
+    try {
+      re = std::regex(o.filter, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      fail(ErrorKind::usage, "-f " + o.filter + ": invalid regular expression (" + e.what() + ")");
+    }
+  }
+  for (auto& s : scenarios)
+    for (auto& c : s.cases)
+      if (o.filter.empty() || std::regex_search(c.id, re)) out.push_back(c);
+  if (!o.filter.empty() && out.empty())
+    fail(ErrorKind::usage, "-f " + o.filter + ": the filter matches no case in the given scenario files");
+  return out;
+}
+
+void add_common(CLI::App* sc, CommonOpts& o, bool running) {
+  sc->add_option("scenarios", o.files, "Scenario JSON files (default: the built-in scenario)");
+  sc->add_option("-f,--filter", o.filter, "Regular expression over case ids (ECMAScript, searched)");
+  sc->add_option("-a,--axis", o.axes, "Override a field for every case: axis=value (JSON value; lists cross)");
+  sc->add_option("--seed", o.seed, "Override the input seed of every case");
+  if (!running) return;
+  sc->add_option("--backend", o.backend, "cpu | cuda | auto (GPU when present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  sc->add_option("-o,--output", o.output, "Write the result JSON (punica-bench.result/1) here; '-' = stdout");
+  sc->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
+  sc->add_flag("--print-repro", o.print_repro, "Print a one-line command reproducing each case");
+  sc->add_flag("-v,--verbose", o.verbose, "More detail on stderr");
+  sc->add_flag("-q,--quiet", o.quiet, "Only failures on stderr");
+  sc->add_option("--sample-rows", o.sample_rows, "Check only N deterministic rows per case (large cases on the CPU)");
+  sc->add_option("--timeout", o.timeout, "Abort every rank when one case runs longer than S seconds (exit 5)");
+  sc->add_option("--dump", o.dump, "Write inputs, expected and actual outputs of failing cases as .npy into DIR");
+  sc->add_flag("--dump-all", o.dump_all, "With --dump: dump every case, not only failing ones");
+  sc->add_flag("--nan-padding", o.nan_padding, "Fill A/B beyond each adapter's true rank with NaN");
+  sc->add_flag("--exact", o.exact, "Small-integer inputs, so that any mismatch is a real bug");
+  sc->add_option("--inject-fault", o.inject_fault, "Test only: RANK:throw|hang")->group("");
+}
+
+int cmd_list(const CommonOpts& o) {
+  std::vector<Scenario> sc;
+  auto cases = select_cases(o, sc);
+  for (auto& c : cases)
+    std::cout << c.id << (c.skip_reason.empty() ? "" : "   # skip: " + c.skip_reason) << "\n";
+  std::cerr << "# " << cases.size() << " cases\n";
+  return 0;
+}
+
+int cmd_validate(const std::vector<std::string>& files) {
+  PUNICA_REQUIRE(!files.empty(), ErrorKind::usage, "validate: give at least one scenario file");
+  int rc = 0;
+  for (auto& f : files) {
+    try {
+      Scenario s = load_scenario(f);
+      std::size_t skips = 0;
+      for (auto& c : s.cases) skips += !c.skip_reason.empty();
+      std::cout << "ok    " << f << ": " << s.cases.size() << " cases (" << skips << " skipped by crossing)\n";
+    } catch (const Error& e) {
+      std::cout << "error " << e.what() << "\n";
+      rc = 2;
+    }
+  }
+  return rc;
+}
+
+int cmd_info() {
+  nlohmann::json t = tool_info();
+  std::cout << "punica-bench " << t["version"].get<std::string>() << " (git " << t["git_sha"].get<std::string>()
+            << (t["git_dirty"].get<bool>() ? "+dirty" : "") << ", " << t["build_type"].get<std::string>()
+            << ", CUDA archs " << t["cuda_archs"].get<std::string>() << ")\n";
+  std::cout << "cuda runtime " << t["cuda_runtime"].get<std::string>() << ", nccl " << t["nccl"].get<std::string>()
+            << ", compiler " << t["compiler"].get<std::string>() << "\n";
+  std::cout << "ops:";
+  for (auto& op : known_ops()) std::cout << " " << op << (is_registered_op(op) ? "" : "(not built)");
+  std::cout << "\nmodels:";
+  for (auto& m : known_models()) std::cout << " " << m;
+  std::cout << "\n";
+  if (cuda_available()) {
+    auto be = make_cuda_backend(nullptr, 0);
+    std::cout << "gpu: " << be->device_info().dump() << "\n";
+  } else {
+    std::cout << "gpu: none (the cpu backend runs the Eigen reference)\n";
+  }
+  return 0;
+}
+
+int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::string>& argv) {
+  std::vector<Scenario> scen;
+  auto cases = select_cases(o, scen);  // bad input fails before any rank starts work
+  bool mpi = Dist::launched_by_mpirun();
+  int argc = 0;
+  char** av = nullptr;
+  Dist& dist = Dist::init(&argc, &av);
+  const bool root = dist.rank() == 0;
+  if (!o.output.empty() && o.output != "-" && !o.overwrite && root) {
+    std::ifstream probe(o.output);
+    PUNICA_REQUIRE(!probe, ErrorKind::usage, o.output + ": output file already exists (pass --overwrite to replace it)");
+  }
+  std::string backend = o.backend;
+  if (backend == "auto") backend = cuda_available() ? "cuda" : "cpu";
+  std::unique_ptr<Backend> be;
+  if (backend == "cuda") {
+    PUNICA_REQUIRE(cuda_available(), ErrorKind::environment, "--backend cuda: no CUDA device is available on this machine");
+    be = make_cuda_backend(&dist, dist.local_rank());
+  } else {
+    be = make_cpu_backend(&dist);
+  }
+  RunOptions ro;
+  ro.timing = timing;
+  ro.iters = o.iters;
+  ro.warmup = o.warmup;
+  ro.sample_rows = o.sample_rows;
+  ro.nan_padding = o.nan_padding;
+  ro.exact = o.exact;
+  ro.baselines = !o.no_baselines;
+  ro.timeout_s = o.timeout;
+  ro.dump_dir = o.dump;
+  ro.dump_all = o.dump_all;
+  ro.verbose = o.quiet ? -1 : o.verbose;
+  ro.inject_fault = o.inject_fault;
+  ro.print_repro = o.print_repro;
+  {
+    std::string pre = "punica-bench " + std::string(timing ? "run" : "check") + " --backend " + backend;
+    for (auto& f : o.files) pre += " " + f;
+    for (auto& a : o.axes) pre += " -a '" + a + "'";
+    if (o.seed >= 0) pre += " --seed " + std::to_string(o.seed);
+    if (dist.size() > 1) pre = "mpirun -np " + std::to_string(dist.size()) + " " + pre;
+    ro.repro_prefix = pre;
+  }
+  Runner runner(*be, &dist, ro);
+  nlohmann::json doc;
+  doc["schema"] = "punica-bench.result/1";
+  doc["tool"] = tool_info();
+  doc["run"] = {{"started_at", iso_now()}, {"argv", argv}, {"backend", backend}, {"world_size", dist.size()},
+                {"launcher", mpi ? "mpirun" : "single"}, {"mpi", dist.mpi_version()},
+                {"options", {{"iters", o.iters}, {"warmup", o.warmup}, {"timing", timing}, {"sample_rows", o.sample_rows},
+                             {"nan_padding", o.nan_padding}, {"exact", o.exact}, {"seed", o.seed},
+                             {"axis_overrides", o.axes}, {"filter", o.filter}}}};
+  nlohmann::json sj = nlohmann::json::array();
+  for (auto& s : scen) sj.push_back({{"path", s.path}, {"name", s.name}});
+  doc["run"]["scenarios"] = sj;
+  nlohmann::json env = nlohmann::json::object();
+  for (const char* k : {"CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "OMPI_COMM_WORLD_SIZE"})
+    if (const char* v = std::getenv(k)) env[k] = v;
+  doc["run"]["env"] = env;
+  {
+    nlohmann::json me = be->device_info();
+    me["rank"] = dist.rank();
+    me["local_rank"] = dist.local_rank();
+    me["host"] = dist.host();
+    auto all = dist.gather_strings(me.dump());
+    doc["devices"] = nlohmann::json::array();
+    for (auto& s : all) doc["devices"].push_back(nlohmann::json::parse(s));
+  }
+  if (timing) {
+    if (root && !o.quiet) std::fprintf(stderr, "# measuring ceilings (copy bandwidth, bf16 GEMM, graph node)...\n");
+    doc["run"]["ceilings"] = runner.measure_ceilings();
+  } else {
+    doc["run"]["ceilings"] = {{"copy_gb_per_s", nullptr}, {"gemm_bf16_tflops", nullptr}, {"graph_node_us", nullptr}};
+  }
+  doc["cases"] = nlohmann::json::array();
+  int pass = 0, failn = 0, skip = 0, err = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    auto out = runner.run_case(cases[i], int(i), int(cases.size()));
+    if (out.status == "pass") ++pass; else if (out.status == "fail") ++failn;
+    else if (out.status == "skip") ++skip; else ++err;
+    doc["cases"].push_back(out.record);
+  }
+  int rc = err ? 6 : failn ? 1 : (pass == 0 && skip > 0) ? 4 : 0;
+  doc["run"]["finished_at"] = iso_now();
+  doc["summary"] = {{"cases", cases.size()}, {"pass", pass}, {"fail", failn}, {"skip", skip}, {"error", err},
+                    {"exit_code", rc}};
+  if (root) {
+    if (o.output == "-") {
+      write_json_atomic("-", doc, true);
+    } else {
+      std::cout << format_table(doc);
+      if (!o.output.empty()) {
+        write_json_atomic(o.output, doc, o.overwrite);
+        std::cout << "# wrote " << o.output << "\n";
+      }
+    }
+    std::cout.flush();
+  }
+  dist.barrier();
+  Dist::finalize();
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  CLI::App app{"punica-bench: check and time vLLM's multi-LoRA (Punica) kernels and TP LoRA layers\n"
+               "exit codes: 0 pass, 1 wrong result, 2 bad usage/input, 3 performance regression,\n"
+               "            4 cannot run here (no GPU / too few ranks), 5 timeout, 6 internal/CUDA/NCCL/MPI error"};
+  app.require_subcommand(1);
+  CommonOpts list_o, check_o, run_o;
+  auto* list = app.add_subcommand("list", "List the case ids of scenario files (after -f and -a)");
+  add_common(list, list_o, false);
+  std::vector<std::string> vfiles;
+  auto* validate = app.add_subcommand("validate", "Parse and validate scenario files (exit 2 on the first bad one)");
+  validate->add_option("scenarios", vfiles, "Scenario JSON files")->required();
+  auto* info = app.add_subcommand("info", "Build, library and device information; registered ops and models");
+  auto* check = app.add_subcommand("check", "Check every selected case against the reference (no timing)");
+  add_common(check, check_o, true);
+  auto* run = app.add_subcommand("run", "Check, then time every selected case against the floor and cuBLAS");
+  add_common(run, run_o, true);
+  run->add_option("--iters", run_o.iters, "Timed iterations per case (default: the scenario's)");
+  run->add_option("--warmup", run_o.warmup, "Warm-up iterations per case");
+  run->add_flag("--no-baselines", run_o.no_baselines, "Skip the cuBLAS baselines");
+  std::string cmp_a, cmp_b;
+  double threshold = 5.0;
+  auto* compare = app.add_subcommand("compare", "Compare two result files by case id (exit 3 on a regression)");
+  compare->add_option("baseline", cmp_a, "Baseline result JSON")->required();
+  compare->add_option("candidate", cmp_b, "Candidate result JSON")->required();
+  compare->add_option("--threshold", threshold, "Slowdown in percent that counts as a regression (default 5)");
+  std::string exp_in, exp_fmt = "gbench", exp_out = "-";
+  bool exp_overwrite = false;
+  auto* exportc = app.add_subcommand("export", "Convert a result JSON to gbench (Google Benchmark JSON), csv or md");
+  exportc->add_option("result", exp_in, "Result JSON")->required();
+  exportc->add_option("--format", exp_fmt, "gbench | csv | md")->check(CLI::IsMember({"gbench", "csv", "md"}));
+  exportc->add_option("-o,--output", exp_out, "Output file ('-' = stdout)");
+  exportc->add_flag("--overwrite", exp_overwrite, "Replace an existing output file");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  std::setvbuf(stderr, nullptr, _IOLBF, 0);
+  try {
+    if (*list) return cmd_list(list_o);
+    if (*validate) return cmd_validate(vfiles);
+    if (*info) return cmd_info();
+    if (*check) return cmd_check_run(check_o, false, args);
+    if (*run) return cmd_check_run(run_o, true, args);
+    if (*compare) {
+      auto a = load_result(cmp_a), b = load_result(cmp_b);
+      auto rep = compare_results(a, b, threshold);
+      std::cout << rep.text;
+      PUNICA_REQUIRE(rep.matched > 0, ErrorKind::usage, "compare: no case id of " + cmp_b + " appears in " + cmp_a);
+      return rep.regressions ? 3 : 0;
+    }
+    if (*exportc) {
+      auto doc = load_result(exp_in);
+      std::string text = exp_fmt == "gbench" ? export_gbench(doc) : exp_fmt == "csv" ? export_csv(doc) : export_md(doc);
+      if (exp_out == "-") std::cout << text;
+      else {
+        PUNICA_REQUIRE(exp_overwrite || !std::ifstream(exp_out), ErrorKind::usage,
+                       exp_out + ": output file already exists (pass --overwrite to replace it)");
+        std::string tmp = exp_out + ".tmp";
+        { std::ofstream f(tmp); PUNICA_REQUIRE(f, ErrorKind::usage, exp_out + ": cannot create"); f << text; }
+        std::rename(tmp.c_str(), exp_out.c_str());
+      }
+      return 0;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "punica-bench: error: %s\n", e.what());
+    if (Dist* d = Dist::instance(); d && d->size() > 1) d->abort(e.exit_code(), e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "punica-bench: internal error: %s\n", e.what());
+    if (Dist* d = Dist::instance(); d && d->size() > 1) d->abort(6, e.what());
+    return 6;
+  }
+  return 0;
+}

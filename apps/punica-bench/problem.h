@@ -1,0 +1,79 @@
+// The op registry (DESIGN §2): each op turns a Case into a Problem — named host tensors generated
+// from the counter-based hash, how to run the op on a Backend, the reference (Eigen or naive
+// fp64), the bytes/FLOPs that must move, and the cuBLAS baseline shapes.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+#include "apps/punica-bench/backend/backend.h"
+#include "apps/punica-bench/scenario.h"
+
+namespace punica::bench {
+
+enum class Role { input, output, scratch };
+
+struct HostTensor {
+  std::string name;
+  kernels::DType dtype = kernels::DType::f32;
+  bool is_int = false;                 // int32 data (dtype ignored)
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;           // initial contents (inputs, y0 of outputs; scratch: none)
+  Role role = Role::input;
+  // outputs: element idx belongs to token/row (idx / inner) % rows (for --sample-rows)
+  int64_t rows = 0, inner = 1;
+  std::vector<uint8_t> must_keep;      // outputs: 1 = must stay bit-equal to the initial value
+  std::size_t scratch_bytes = 0;       // scratch: size
+
+  std::size_t elem_bytes() const { return is_int ? 4 : kernels::dtype_size(dtype); }
+  std::size_t numel() const {
+    std::size_t n = 1;
+    for (auto d : shape) n *= std::size_t(d);
+    return n;
+  }
+  std::size_t bytes() const { return role == Role::scratch ? scratch_bytes : numel() * elem_bytes(); }
+};
+
+struct Work {
+  double bytes = 0;   // bytes that must move (DESIGN §7 formulas, true ranks, active adapters)
+  double flops = 0;
+  int64_t tokens = 0;
+};
+
+struct Baseline {  // cuBLAS shapes of the same problem
+  struct Gemm { int64_t m, n, k; };
+  std::vector<Gemm> dense;                 // summed (e.g. shrink GEMM + expand GEMM)
+  std::vector<Backend::Group> grouped;     // one grouped call over the adapters
+};
+
+class Problem {
+ public:
+  virtual ~Problem() = default;
+  std::vector<HostTensor> tensors;
+  int mapping_tensor = -1;   // index of the per-row slot mapping (for --sample-rows), -1 = none
+
+  // Untimed preparation on the backend (e.g. the sorted-by-adapter metadata).
+  virtual void prepare(Backend& be, const std::vector<void*>& p) {}
+  // The timed op.
+  virtual void run(Backend& be, const std::vector<void*>& p) = 0;
+  // The reference on host pointers: Eigen (naive = false) or fp64 loops (naive = true).
+  virtual void reference(const std::vector<void*>& p, bool naive) = 0;
+  virtual Work work() const = 0;
+  virtual Baseline baseline() const { return {}; }
+  virtual double rtol() const;
+  virtual std::string describe() const { return ""; }  // shapes, for -vv
+  kernels::DType dtype = kernels::DType::bf16;
+};
+
+struct ProblemOptions {
+  bool nan_padding = false;  // fill A/B beyond each adapter's true rank with NaN (proves work ∝ rank)
+  bool exact = false;        // small-integer inputs: any mismatch is a real bug
+};
+
+// Registry
+std::unique_ptr<Problem> make_problem(const Case& c, const ProblemOptions& o = {});
+bool is_registered_op(const std::string& op);
+std::vector<std::string> registered_ops();
+
+}  // namespace punica::bench

@@ -1,0 +1,260 @@
+// Result document, table, exporters and compare (see report.h).
+#include "apps/punica-bench/report.h"
+#include <nccl.h>
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include "build_info.h"
+#include "kernels/common/error.h"
+
+namespace punica::bench {
+namespace {
+std::string num(const nlohmann::json& v, int prec = 4) {
+  if (v.is_null() || !v.is_number()) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", prec, v.get<double>());
+  return b;
+}
+const nlohmann::json& at(const nlohmann::json& j, std::initializer_list<const char*> path) {
+  static const nlohmann::json null;
+  const nlohmann::json* p = &j;
+  for (auto* k : path) {
+    if (!p->is_object() || !p->contains(k)) return null;
+    p = &(*p)[k];
+  }
+  return *p;
+}
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) { if (c == '"') o += '"'; o += c; }
+  return o + "\"";
+}
+}  // namespace
+
+nlohmann::json tool_info() {
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  return {{"name", "punica-bench"},
+          {"version", PUNICA_VERSION},
+          {"git_sha", PUNICA_GIT_SHA},
+          {"git_dirty", PUNICA_GIT_DIRTY},
+          {"build_type", PUNICA_BUILD_TYPE},
+          {"cuda_archs", PUNICA_CUDA_ARCHS},
+          {"compiler", PUNICA_COMPILER},
+          {"cuda_runtime", std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10)},
+          {"nccl", std::to_string(nccl / 10000) + "." + std::to_string((nccl / 100) % 100) + "." +
+                       std::to_string(nccl % 100)}};
+}
+
+void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool overwrite) {
+  std::string text = doc.dump(2) + "\n";
+  if (path == "-") {
+    std::cout << text;
+    std::cout.flush();
+    return;
+  }
+  namespace fs = std::filesystem;
+  PUNICA_REQUIRE(overwrite || !fs::exists(path), ErrorKind::usage,
+                 path + ": output file already exists (pass --overwrite to replace it)");
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    PUNICA_REQUIRE(f, ErrorKind::usage, path + ": cannot create the output file");
+    f << text;
+    f.flush();
+    PUNICA_REQUIRE(f.good(), ErrorKind::runtime, tmp + ": write failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp);
+    fail(ErrorKind::runtime, path + ": rename failed: " + ec.message());
+  }
+}
+
+nlohmann::json load_result(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  PUNICA_REQUIRE(f, ErrorKind::usage, path + ": cannot open the result file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const std::exception& e) {
+    fail(ErrorKind::usage, path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  PUNICA_REQUIRE(j.is_object(), ErrorKind::usage, path + ": /: expected a JSON object");
+  PUNICA_REQUIRE(j.value("schema", std::string()) == "punica-bench.result/1", ErrorKind::usage,
+                 path + ": /schema: expected \"punica-bench.result/1\"");
+  PUNICA_REQUIRE(j.contains("cases") && j["cases"].is_array(), ErrorKind::usage, path + ": /cases: expected an array");
+  return j;
+}
+
+std::string format_table(const nlohmann::json& doc) {
+  std::ostringstream o;
+  const auto& tool = doc["tool"];
+  o << "# punica-bench " << tool.value("version", "") << " (git " << tool.value("git_sha", "")
+    << (tool.value("git_dirty", false) ? "+dirty" : "") << "), backend " << at(doc, {"run", "backend"}).get<std::string>()
+    << ", ranks " << at(doc, {"run", "world_size"}) << "\n";
+  o << "# cuda " << tool.value("cuda_runtime", "") << ", nccl " << tool.value("nccl", "") << ", mpi "
+    << at(doc, {"run", "mpi"}).get<std::string>() << "\n";
+  for (auto& d : doc["devices"])
+    o << "# rank " << d.value("rank", 0) << ": " << d.value("host", "") << " " << d.value("name", "")
+      << (d.contains("pci_bus_id") ? " " + d["pci_bus_id"].get<std::string>() : "") << "\n";
+  const auto& c = at(doc, {"run", "ceilings"});
+  o << "# ceilings: copy " << num(c["copy_gb_per_s"]) << " GB/s, bf16 gemm " << num(c["gemm_bf16_tflops"])
+    << " TFLOP/s, graph node " << num(c["graph_node_us"]) << " us\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-6s %-24s %7s %5s %8s %9s %10s %10s %10s %7s %9s %7s  %s\n", "status", "op",
+                "tokens", "dtype", "nwrong", "max_rel", "time_us", "batch_us", "floor_us", "floor%", "GB/s",
+                "xcuBLAS", "id");
+  o << line;
+  for (auto& r : doc["cases"]) {
+    std::string ff = at(r, {"metrics", "floor_fraction"}).is_number()
+                         ? num(at(r, {"metrics", "floor_fraction"}).get<double>() * 100, 3) : "-";
+    std::snprintf(line, sizeof line, "%-6s %-24s %7s %5s %8s %9s %10s %10s %10s %7s %9s %7s  %s\n",
+                  r.value("status", "").c_str(), r.value("op", "").c_str(),
+                  num(at(r, {"params", "num_tokens"}), 7).c_str(),
+                  at(r, {"params", "dtype"}).is_string() ? at(r, {"params", "dtype"}).get<std::string>().c_str() : "-",
+                  num(at(r, {"check", "nwrong"}), 8).c_str(), num(at(r, {"check", "max_rel_err"}), 2).c_str(),
+                  num(at(r, {"timing", "time_us", "median"})).c_str(), num(at(r, {"timing", "batch_time_us"})).c_str(),
+                  num(at(r, {"work", "floor_us"})).c_str(), ff.c_str(), num(at(r, {"metrics", "gb_per_s"})).c_str(),
+                  num(at(r, {"metrics", "speedup_vs_cublas"}), 3).c_str(), r.value("id", "").c_str());
+    o << line;
+  }
+  const auto& s = doc["summary"];
+  o << "# cases " << s.value("cases", 0) << ": pass " << s.value("pass", 0) << ", fail " << s.value("fail", 0)
+    << ", skip " << s.value("skip", 0) << ", error " << s.value("error", 0) << "; exit code " << s.value("exit_code", 0)
+    << "\n";
+  return o.str();
+}
+
+std::string export_gbench(const nlohmann::json& doc) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  nlohmann::json out;
+  out["context"] = {{"date", at(doc, {"run", "started_at"}).is_string() ? at(doc, {"run", "started_at"}) : nlohmann::json("")},
+                    {"host_name", host},
+                    {"executable", "punica-bench"},
+                    {"num_cpus", 1},
+                    {"mhz_per_cpu", 0},
+                    {"cpu_scaling_enabled", false},
+                    {"library_build_type", "release"},
+                    {"punica_version", doc["tool"].value("version", "")},
+                    {"git_sha", doc["tool"].value("git_sha", "")},
+                    {"gpu", doc["devices"].empty() ? "" : doc["devices"][0].value("name", "")}};
+  out["benchmarks"] = nlohmann::json::array();
+  for (auto& r : doc["cases"]) {
+    std::string st = r.value("status", "");
+    if (st == "skip") continue;
+    nlohmann::json b = {{"name", r["id"]}, {"run_name", r["id"]}, {"run_type", "iteration"}, {"repetitions", 1},
+                        {"repetition_index", 0}, {"threads", 1}, {"time_unit", "us"}};
+    const auto& med = at(r, {"timing", "time_us", "median"});
+    b["iterations"] = at(r, {"timing", "iters"}).is_number() ? at(r, {"timing", "iters"}) : nlohmann::json(0);
+    b["real_time"] = med.is_number() ? med.get<double>() : 0.0;
+    b["cpu_time"] = b["real_time"];
+    if (at(r, {"metrics", "gb_per_s"}).is_number()) b["bytes_per_second"] = at(r, {"metrics", "gb_per_s"}).get<double>() * 1e9;
+    if (at(r, {"metrics", "tokens_per_s"}).is_number()) b["items_per_second"] = at(r, {"metrics", "tokens_per_s"});
+    if (at(r, {"check", "nwrong"}).is_number()) b["nwrong"] = at(r, {"check", "nwrong"});
+    if (at(r, {"metrics", "floor_fraction"}).is_number()) b["floor_fraction"] = at(r, {"metrics", "floor_fraction"});
+    if (st != "pass") {
+      b["error_occurred"] = true;
+      b["error_message"] = st == "fail" ? "wrong result: nwrong=" + num(at(r, {"check", "nwrong"}), 12)
+                                        : r.value("error", std::string("error"));
+    }
+    out["benchmarks"].push_back(b);
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string export_csv(const nlohmann::json& doc) {
+  std::ostringstream o;
+  o << "id,op,status,num_tokens,dtype,tp,fully_sharded,layer,nwrong,max_abs_err,max_rel_err,median_us,p10_us,"
+       "p90_us,batch_time_us,floor_us,floor_fraction,gb_per_s,tflops,tokens_per_s,speedup_vs_cublas,"
+       "speedup_vs_cublas_grouped,skip_reason\n";
+  auto cell = [](const nlohmann::json& v) {
+    if (v.is_null()) return std::string();
+    if (v.is_string()) return csv_escape(v.get<std::string>());
+    if (v.is_boolean()) return std::string(v.get<bool>() ? "1" : "0");
+    return v.dump();
+  };
+  for (auto& r : doc["cases"]) {
+    o << csv_escape(r.value("id", "")) << "," << r.value("op", "") << "," << r.value("status", "") << ","
+      << cell(at(r, {"params", "num_tokens"})) << "," << cell(at(r, {"params", "dtype"})) << ","
+      << cell(at(r, {"params", "tp"})) << "," << cell(at(r, {"params", "fully_sharded"})) << ","
+      << cell(at(r, {"params", "layer"})) << "," << cell(at(r, {"check", "nwrong"})) << ","
+      << cell(at(r, {"check", "max_abs_err"})) << "," << cell(at(r, {"check", "max_rel_err"})) << ","
+      << cell(at(r, {"timing", "time_us", "median"})) << "," << cell(at(r, {"timing", "time_us", "p10"})) << ","
+      << cell(at(r, {"timing", "time_us", "p90"})) << "," << cell(at(r, {"timing", "batch_time_us"})) << ","
+      << cell(at(r, {"work", "floor_us"})) << "," << cell(at(r, {"metrics", "floor_fraction"})) << ","
+      << cell(at(r, {"metrics", "gb_per_s"})) << "," << cell(at(r, {"metrics", "tflops"})) << ","
+      << cell(at(r, {"metrics", "tokens_per_s"})) << "," << cell(at(r, {"metrics", "speedup_vs_cublas"})) << ","
+      << cell(at(r, {"metrics", "speedup_vs_cublas_grouped"})) << "," << cell(r.value("skip_reason", nlohmann::json()))
+      << "\n";
+  }
+  return o.str();
+}
+
+std::string export_md(const nlohmann::json& doc) {
+  std::ostringstream o;
+  o << "| id | status | tokens | time (µs) | batch (µs) | floor (µs) | % of floor | GB/s | × cuBLAS | nwrong |\n";
+  o << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (auto& r : doc["cases"]) {
+    const auto& ff = at(r, {"metrics", "floor_fraction"});
+    o << "| `" << r.value("id", "") << "` | " << r.value("status", "") << " | " << num(at(r, {"params", "num_tokens"}), 8)
+      << " | " << num(at(r, {"timing", "time_us", "median"})) << " | " << num(at(r, {"timing", "batch_time_us"}))
+      << " | " << num(at(r, {"work", "floor_us"})) << " | " << (ff.is_number() ? num(ff.get<double>() * 100, 3) : "-")
+      << " | " << num(at(r, {"metrics", "gb_per_s"})) << " | " << num(at(r, {"metrics", "speedup_vs_cublas"}), 3)
+      << " | " << num(at(r, {"check", "nwrong"}), 10) << " |\n";
+  }
+  return o.str();
+}
+
+CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, double threshold_pct) {
+  CompareReport rep;
+  std::map<std::string, const nlohmann::json*> base;
+  for (auto& r : a["cases"]) base[r.value("id", "")] = &r;
+  std::ostringstream o;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-10s %12s %12s %9s  %s\n", "verdict", "A_us", "B_us", "change%", "id");
+  o << line;
+  for (auto& r : b["cases"]) {
+    auto it = base.find(r.value("id", ""));
+    if (it == base.end()) continue;
+    ++rep.matched;
+    const auto& ra = *it->second;
+    std::string verdict = "same";
+    double ta = at(ra, {"timing", "time_us", "median"}).is_number() ? at(ra, {"timing", "time_us", "median"}).get<double>() : -1;
+    double tb = at(r, {"timing", "time_us", "median"}).is_number() ? at(r, {"timing", "time_us", "median"}).get<double>() : -1;
+    double change = (ta > 0 && tb > 0) ? 100.0 * (tb - ta) / ta : 0.0;
+    if (ra.value("status", "") == "pass" && r.value("status", "") != "pass" && r.value("status", "") != "skip") {
+      verdict = "BROKEN";
+      ++rep.regressions;
+    } else if (ta > 0 && tb > 0 && change > threshold_pct) {
+      verdict = "SLOWER";
+      ++rep.regressions;
+    } else if (ta > 0 && tb > 0 && change < -threshold_pct) {
+      verdict = "faster";
+      ++rep.improvements;
+    }
+    std::snprintf(line, sizeof line, "%-10s %12s %12s %9s  %s\n", verdict.c_str(), num(ta > 0 ? nlohmann::json(ta) : nlohmann::json()).c_str(),
+                  num(tb > 0 ? nlohmann::json(tb) : nlohmann::json()).c_str(), (ta > 0 && tb > 0) ? num(change, 3).c_str() : "-",
+                  r.value("id", "").c_str());
+    o << line;
+  }
+  o << "# matched " << rep.matched << ", regressions " << rep.regressions << ", improvements " << rep.improvements
+    << " (threshold " << threshold_pct << "%)\n";
+  rep.text = o.str();
+  return rep;
+}
+
+}  // namespace punica::bench

@@ -1,0 +1,30 @@
+// Results (DESIGN §5): the punica-bench.result/1 document, its atomic write, the stdout table,
+// the exporters (Google Benchmark JSON, CSV, Markdown) and `compare` of two result files.
+#pragma once
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+namespace punica::bench {
+
+nlohmann::json tool_info();  // version, git sha + dirty, CUDA/NCCL/MPI versions, compiler
+// Writes `doc` to `path` atomically (temp file + rename). "-" = stdout. Refuses to replace an
+// existing file unless overwrite (Error usage).
+void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool overwrite);
+// Loads a result document; Error(usage) naming the file for anything that is not one.
+nlohmann::json load_result(const std::string& path);
+// The human table (stdout): '#' header lines, one row per case, totals.
+std::string format_table(const nlohmann::json& doc);
+std::string export_gbench(const nlohmann::json& doc);
+std::string export_csv(const nlohmann::json& doc);
+std::string export_md(const nlohmann::json& doc);
+
+struct CompareReport {
+  std::string text;
+  int regressions = 0, improvements = 0, matched = 0;
+};
+// Cases matched by id; a regression = B's median time more than threshold_pct slower than A's,
+// or a case that passed in A and fails in B.
+CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, double threshold_pct);
+
+}  // namespace punica::bench

@@ -1,0 +1,419 @@
+// The case loop: check, then cold and back-to-back timing, floors and baselines (see runner.h).
+#include "apps/punica-bench/runner.h"
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+#include "apps/punica-bench/dist.h"
+#include "apps/punica-bench/npy.h"
+#include "kernels/common/error.h"
+#include "kernels/common/hash_rng.h"
+
+namespace punica::bench {
+namespace {
+
+constexpr std::size_t kGuardBytes = 256;
+constexpr uint32_t kGuardPattern = 0xA5C3A5C3u;
+
+struct Stats { double median = 0, p10 = 0, p90 = 0, min = 0, max = 0, mean = 0, stdev = 0; };
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) { return v[std::min(v.size() - 1, std::size_t(p * double(v.size() - 1) + 0.5))]; };
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  s.p10 = q(0.1); s.p90 = q(0.9); s.min = v.front(); s.max = v.back();
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  double var = 0;
+  for (double x : v) var += (x - s.mean) * (x - s.mean);
+  s.stdev = std::sqrt(var / double(v.size()));
+  return s;
+}
+
+// One set of the problem's tensors in the backend's memory; outputs carry guard regions.
+struct DeviceSet {
+  std::vector<Buffer> bufs;
+  std::vector<void*> ptrs;
+};
+DeviceSet upload_set(Backend& be, const Problem& p, bool guards) {
+  DeviceSet d;
+  for (auto& t : p.tensors) {
+    bool g = guards && t.role == Role::output;
+    std::size_t gb = g ? kGuardBytes : 0;
+    d.bufs.emplace_back(be, t.bytes() + 2 * gb);
+    char* base = static_cast<char*>(d.bufs.back().get());
+    if (g) {
+      be.fill_pattern(base, kGuardBytes / 4, 4, kGuardPattern);
+      be.fill_pattern(base + gb + t.bytes(), kGuardBytes / 4, 4, kGuardPattern);
+    }
+    if (t.role == Role::scratch) be.zero(base + gb, t.bytes());
+    else be.upload(base + gb, t.data.data(), t.bytes());
+    d.ptrs.push_back(base + gb);
+  }
+  return d;
+}
+
+std::string fmt(double v, int prec = 3) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", prec, v);
+  return b;
+}
+
+std::string npy_descr(const HostTensor& t) { return t.is_int ? "<i4" : "<f4"; }
+std::vector<float> as_f32(const HostTensor& t, const void* data) {
+  std::vector<float> v(t.numel());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = kernels::load_elem(data, t.dtype, i);
+  return v;
+}
+void dump_tensor(const std::string& dir, const std::string& name, const HostTensor& t, const void* data,
+                 nlohmann::json& manifest) {
+  std::string file = name + ".npy";
+  if (t.is_int || t.dtype == kernels::DType::f32) write_npy(dir + "/" + file, npy_descr(t), t.shape, data, t.bytes());
+  else {
+    auto f = as_f32(t, data);
+    write_npy(dir + "/" + file, "<f4", t.shape, f.data(), f.size() * 4);
+  }
+  manifest["tensors"].push_back({{"name", name}, {"file", file}, {"shape", t.shape},
+                                 {"dtype", t.is_int ? "int32" : kernels::dtype_name(t.dtype)},
+                                 {"stored_as", t.is_int ? "int32" : "float32"}});
+}
+std::string safe_name(const std::string& id) {
+  std::string s = id;
+  for (char& c : s) if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '=') c = '_';
+  return s;
+}
+
+}  // namespace
+
+CompareResult compare_tensor(const HostTensor& t, const void* actual, const void* expected, double rtol,
+                             const std::function<bool(int64_t)>& row_filter) {
+  CompareResult r;
+  r.rtol = rtol;
+  const std::size_t n = t.numel();
+  auto row_of = [&](std::size_t i) { return t.rows > 0 ? int64_t((i / std::size_t(t.inner)) % std::size_t(t.rows)) : 0; };
+  auto note = [&](std::size_t i, const std::string& what) {
+    if (r.first_mismatches.size() < 5) r.first_mismatches.push_back(t.name + "[" + std::to_string(i) + "] " + what);
+  };
+  if (t.is_int) {
+    auto* a = static_cast<const int32_t*>(actual);
+    auto* e = static_cast<const int32_t*>(expected);
+    for (std::size_t i = 0; i < n; ++i) {
+      ++r.nelems;
+      if (a[i] != e[i]) { ++r.nwrong; note(i, "got " + std::to_string(a[i]) + " want " + std::to_string(e[i])); }
+    }
+    return r;
+  }
+  const std::size_t es = t.elem_bytes();
+  double ss = 0;
+  std::size_t cnt = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!row_filter(row_of(i)) || (!t.must_keep.empty() && t.must_keep[i])) continue;
+    double e = kernels::load_elem(expected, t.dtype, i);
+    if (std::isfinite(e)) { ss += e * e; ++cnt; }
+  }
+  r.atol = rtol * (cnt ? std::sqrt(ss / double(cnt)) : 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!row_filter(row_of(i))) continue;
+    ++r.nelems;
+    if (!t.must_keep.empty() && t.must_keep[i]) {
+      const char* ai = static_cast<const char*>(actual) + i * es;
+      const char* ii = reinterpret_cast<const char*>(t.data.data()) + i * es;
+      if (std::memcmp(ai, ii, es) != 0) {
+        ++r.nwrong;
+        r.untouched_ok = false;
+        note(i, "must stay untouched: got " + fmt(kernels::load_elem(actual, t.dtype, i)) + " initial " +
+                    fmt(kernels::load_elem(t.data.data(), t.dtype, i)));
+      }
+      continue;
+    }
+    double a = kernels::load_elem(actual, t.dtype, i), e = kernels::load_elem(expected, t.dtype, i);
+    double d = std::fabs(a - e);
+    bool ok = std::isfinite(a) && std::isfinite(e) && d <= r.atol + rtol * std::fabs(e);
+    if (std::isfinite(d)) {
+      r.max_abs_err = std::max(r.max_abs_err, d);
+      if (std::fabs(e) > r.atol) r.max_rel_err = std::max(r.max_rel_err, d / std::fabs(e));
+    }
+    if (!ok) {
+      ++r.nwrong;
+      note(i, "(row " + std::to_string(row_of(i)) + ") got " + fmt(a, 6) + " want " + fmt(e, 6));
+    }
+  }
+  return r;
+}
+
+Runner::Runner(Backend& be, Dist* dist, RunOptions opt) : be_(be), dist_(dist), opt_(std::move(opt)) {}
+
+nlohmann::json Runner::measure_ceilings() {
+  ceil_ = be_.measure_ceilings();
+  if (dist_ && dist_->size() > 1) {  // the slowest rank's ceiling is the one that binds
+    ceil_.copy_gb_per_s = -dist_->allreduce_max(-ceil_.copy_gb_per_s);
+    ceil_.gemm_bf16_tflops = -dist_->allreduce_max(-ceil_.gemm_bf16_tflops);
+    ceil_.graph_node_us = dist_->allreduce_max(ceil_.graph_node_us);
+  }
+  return {{"copy_gb_per_s", ceil_.copy_gb_per_s},
+          {"gemm_bf16_tflops", ceil_.gemm_bf16_tflops},
+          {"graph_node_us", ceil_.graph_node_us}};
+}
+
+CaseOutcome Runner::run_case(const Case& c, int index, int total) {
+  const bool root = !dist_ || dist_->rank() == 0;
+  const int world = dist_ ? dist_->size() : 1;
+  CaseOutcome out;
+  std::string err;
+  if (root && opt_.verbose >= 0) {
+    std::fprintf(stderr, "[%3d/%d] RUN  %s\n", index + 1, total, c.id.c_str());
+    std::fflush(stderr);
+  }
+  if (dist_ && opt_.timeout_s > 0) { dist_->start_watchdog(); dist_->arm(opt_.timeout_s, c.id); }
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    // Test-only fault injection: "RANK:throw" or "RANK:hang" (issue 4, faults).
+    if (!opt_.inject_fault.empty()) {
+      auto colon = opt_.inject_fault.find(':');
+      int fr = std::stoi(opt_.inject_fault.substr(0, colon));
+      std::string kind = opt_.inject_fault.substr(colon + 1);
+      int me = dist_ ? dist_->rank() : 0;
+      if (fr == me && kind == "throw") fail(ErrorKind::runtime, "injected fault (--inject-fault " + opt_.inject_fault + ")");
+      if (fr == me && kind == "hang") for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    out = run_case_impl(c);
+  } catch (const std::exception& e) {
+    err = e.what();
+    if (world > 1) {
+      // Other ranks may be inside a collective of this case: never leave them hanging.
+      dist_->abort(6, "error in case " + c.id + ": " + err);
+    }
+    out.status = "error";
+    out.record = {{"id", c.id}, {"op", c.op}, {"params", c.params}, {"status", "error"}, {"skip_reason", nullptr},
+                  {"error", err}};
+  }
+  if (dist_ && opt_.timeout_s > 0) dist_->disarm();
+  // Rank agreement: every case ends with an all-reduce of the status word and the wrong counts.
+  if (dist_ && world > 1) {
+    auto code = [](const std::string& s) { return s == "error" ? 3 : s == "fail" ? 2 : s == "pass" ? 1 : 0; };
+    int worst = dist_->allreduce_max(code(out.status));
+    int64_t nwrong = out.record.contains("check") ? out.record["check"].value("nwrong", int64_t(0)) : 0;
+    int64_t total_wrong = dist_->allreduce_sum(nwrong);
+    static const char* names[] = {"skip", "pass", "fail", "error"};
+    out.status = names[worst];
+    out.record["status"] = out.status;
+    if (out.record.contains("check")) out.record["check"]["nwrong"] = total_wrong;
+  }
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (root && opt_.verbose >= 0) {
+    std::string line;
+    const auto& r = out.record;
+    if (out.status == "skip") line = "SKIP " + r.value("skip_reason", std::string());
+    else if (out.status == "error") line = "ERROR " + r.value("error", err);
+    else {
+      line = out.status == "pass" ? "PASS" : "FAIL";
+      if (r.contains("check")) {
+        line += " nwrong=" + std::to_string(r["check"].value("nwrong", int64_t(0))) + "/" +
+                std::to_string(r["check"].value("nelems", int64_t(0))) +
+                " max_rel=" + fmt(r["check"].value("max_rel_err", 0.0), 2);
+        if (out.status == "fail" && r["check"].contains("first_mismatches"))
+          for (auto& m : r["check"]["first_mismatches"]) line += "\n         " + m.get<std::string>();
+      }
+      if (r.contains("timing") && r["timing"].contains("time_us")) {
+        line += "  " + fmt(r["timing"]["time_us"].value("median", 0.0), 4) + " us";
+        if (r.contains("metrics") && r["metrics"].contains("floor_fraction") && !r["metrics"]["floor_fraction"].is_null())
+          line += "  floor " + fmt(r["metrics"]["floor_fraction"].get<double>() * 100, 3) + "%";
+      }
+    }
+    std::fprintf(stderr, "[%3d/%d] %s  (%.2fs)\n", index + 1, total, line.c_str(), wall);
+    if (opt_.print_repro) std::fprintf(stderr, "         repro: %s -f '^%s$'\n", opt_.repro_prefix.c_str(), c.id.c_str());
+    std::fflush(stderr);
+  }
+  if (opt_.print_repro) out.record["repro"] = opt_.repro_prefix + " -f '^" + c.id + "$'";
+  return out;
+}
+
+CaseOutcome Runner::run_case_impl(const Case& c) {
+  CaseOutcome out;
+  auto& rec = out.record;
+  rec = {{"id", c.id}, {"op", c.op}, {"case", c.name}, {"params", c.params}, {"skip_reason", nullptr}};
+  rec["params"]["num_tokens"] = c.num_tokens;
+  rec["params"]["dtype"] = kernels::dtype_name(c.dtype);
+  rec["params"]["tp"] = c.tp;
+  rec["params"]["fully_sharded"] = c.fully_sharded;
+  rec["params"]["layer"] = c.layer.empty() ? nullptr : nlohmann::json(c.layer);
+  if (!c.skip_reason.empty()) {
+    out.status = "skip";
+    rec["status"] = "skip";
+    rec["skip_reason"] = c.skip_reason;
+    return out;
+  }
+  if (!is_registered_op(c.op)) {
+    out.status = "skip";
+    rec["status"] = "skip";
+    rec["skip_reason"] = "op '" + c.op + "' is not implemented in this build";
+    return out;
+  }
+  ProblemOptions po;
+  po.nan_padding = opt_.nan_padding;
+  po.exact = opt_.exact;
+  auto prob = make_problem(c, po);
+  auto& P = *prob;
+
+  // ---------------- check ----------------
+  DeviceSet dev = upload_set(be_, P, /*guards=*/true);
+  P.prepare(be_, dev.ptrs);
+  P.run(be_, dev.ptrs);
+  be_.synchronize();
+  // Host copies: actual (downloaded) and expected (reference from the same inputs).
+  std::vector<std::vector<uint8_t>> actual(P.tensors.size()), expected(P.tensors.size());
+  bool guard_ok = true;
+  std::vector<void*> host_ptrs(P.tensors.size());
+  for (std::size_t i = 0; i < P.tensors.size(); ++i) {
+    const auto& t = P.tensors[i];
+    if (t.role == Role::output) {
+      std::vector<uint8_t> full(t.bytes() + 2 * kGuardBytes);
+      be_.download(full.data(), static_cast<char*>(dev.ptrs[i]) - kGuardBytes, full.size());
+      for (std::size_t g = 0; g < kGuardBytes / 4; ++g) {
+        uint32_t a, b;
+        std::memcpy(&a, full.data() + 4 * g, 4);
+        std::memcpy(&b, full.data() + kGuardBytes + t.bytes() + 4 * g, 4);
+        if (a != kGuardPattern || b != kGuardPattern) guard_ok = false;
+      }
+      actual[i].assign(full.begin() + kGuardBytes, full.begin() + kGuardBytes + std::ptrdiff_t(t.bytes()));
+    }
+    expected[i] = t.role == Role::scratch ? std::vector<uint8_t>(t.bytes(), 0) : t.data;
+    host_ptrs[i] = expected[i].data();
+  }
+  // --sample-rows: the reference computes only a deterministic subset of rows.
+  std::vector<uint8_t> sampled;
+  if (opt_.sample_rows > 0 && P.mapping_tensor >= 0) {
+    auto& mt = P.tensors[std::size_t(P.mapping_tensor)];
+    int64_t rows = int64_t(mt.numel());
+    if (rows > opt_.sample_rows) {
+      sampled.assign(std::size_t(rows), 0);
+      uint64_t key = hash_key(c.seed, hash_string(c.id), hash_string("sample_rows"));
+      std::vector<int64_t> idx(static_cast<std::size_t>(rows));
+      std::iota(idx.begin(), idx.end(), 0);
+      for (int64_t i = 0; i < opt_.sample_rows; ++i) {  // partial Fisher-Yates
+        int64_t j = i + int64_t(hash_below(key, uint64_t(i), uint64_t(rows - i)));
+        std::swap(idx[std::size_t(i)], idx[std::size_t(j)]);
+        sampled[std::size_t(idx[std::size_t(i)])] = 1;
+      }
+      auto* m = reinterpret_cast<int32_t*>(expected[std::size_t(P.mapping_tensor)].data());
+      for (int64_t r = 0; r < rows; ++r) if (!sampled[std::size_t(r)]) m[r] = -1;
+    }
+  }
+  const bool naive = be_.name() == "cpu";
+  P.reference(host_ptrs, naive);
+  auto row_filter = [&](int64_t row) { return sampled.empty() || (row < int64_t(sampled.size()) && sampled[std::size_t(row)]); };
+  nlohmann::json chk = {{"mode", opt_.exact ? "exact" : "tolerance"},
+                        {"reference", naive ? "naive_fp64" : "eigen"},
+                        {"rtol", P.rtol()}};
+  std::size_t nelems = 0, nwrong = 0;
+  double max_abs = 0, max_rel = 0, atol = 0;
+  bool untouched_ok = true;
+  nlohmann::json mism = nlohmann::json::array();
+  for (std::size_t i = 0; i < P.tensors.size(); ++i) {
+    const auto& t = P.tensors[i];
+    if (t.role != Role::output) continue;
+    auto r = compare_tensor(t, actual[i].data(), expected[i].data(), opt_.exact ? 0.0 : P.rtol(), row_filter);
+    nelems += r.nelems; nwrong += r.nwrong;
+    max_abs = std::max(max_abs, r.max_abs_err); max_rel = std::max(max_rel, r.max_rel_err);
+    atol = std::max(atol, r.atol);
+    untouched_ok = untouched_ok && r.untouched_ok;
+    for (auto& m : r.first_mismatches) mism.push_back(m);
+  }
+  if (!guard_ok) ++nwrong;
+  chk["nelems"] = nelems; chk["nwrong"] = nwrong; chk["max_abs_err"] = max_abs; chk["max_rel_err"] = max_rel;
+  chk["atol"] = atol; chk["guard_ok"] = guard_ok; chk["untouched_ok"] = untouched_ok;
+  chk["sampled_rows"] = sampled.empty() ? nlohmann::json(nullptr) : nlohmann::json(opt_.sample_rows);
+  if (!mism.empty()) chk["first_mismatches"] = mism;
+  if (!guard_ok) chk["first_mismatches"].push_back("guard region before/after an output was overwritten");
+  rec["check"] = chk;
+  out.status = nwrong == 0 ? "pass" : "fail";
+  rec["status"] = out.status;
+
+  if (!opt_.dump_dir.empty() && (opt_.dump_all || out.status != "pass") && (!dist_ || dist_->rank() == 0)) {
+    std::string dir = opt_.dump_dir + "/" + safe_name(c.id);
+    std::filesystem::create_directories(dir);
+    nlohmann::json man = {{"id", c.id}, {"op", c.op}, {"params", rec["params"]}, {"status", out.status},
+                          {"check", chk}, {"tensors", nlohmann::json::array()}};
+    for (std::size_t i = 0; i < P.tensors.size(); ++i) {
+      const auto& t = P.tensors[i];
+      if (t.role == Role::scratch) continue;
+      dump_tensor(dir, t.role == Role::output ? t.name + ".initial" : t.name, t, t.data.data(), man);
+      if (t.role == Role::output) {
+        dump_tensor(dir, t.name + ".expected", t, expected[i].data(), man);
+        dump_tensor(dir, t.name + ".actual", t, actual[i].data(), man);
+      }
+    }
+    std::ofstream(dir + "/manifest.json") << man.dump(2) << "\n";
+  }
+
+  Work w = P.work();
+  double floor_us = ceil_.copy_gb_per_s > 0 ? w.bytes / (ceil_.copy_gb_per_s * 1e3) : 0.0;
+  rec["work"] = {{"bytes", w.bytes}, {"flops", w.flops}, {"tokens", w.tokens}, {"floor_us", floor_us}};
+  if (!opt_.timing || out.status != "pass") return out;
+
+  // ---------------- timing ----------------
+  std::size_t set_bytes = 0;
+  for (auto& t : P.tensors) set_bytes += t.bytes();
+  std::size_t copies = 1;
+  if (be_.l2_bytes() > 0 && set_bytes > 0) {
+    std::size_t want = (2 * be_.l2_bytes() + set_bytes - 1) / set_bytes;
+    std::size_t cap = std::max<std::size_t>(1, std::min(be_.free_memory_bytes() / 4, std::size_t(8) << 30) / set_bytes);
+    copies = std::clamp<std::size_t>(want, 1, std::min<std::size_t>(cap, 64));
+  }
+  std::vector<DeviceSet> sets;
+  sets.push_back(std::move(dev));
+  for (std::size_t i = 1; i < copies; ++i) {
+    sets.push_back(upload_set(be_, P, false));
+    P.prepare(be_, sets.back().ptrs);
+  }
+  be_.synchronize();
+  int iters = opt_.iters > 0 ? opt_.iters : c.iters;
+  int warmup = opt_.warmup >= 0 ? opt_.warmup : c.warmup;
+  auto times = be_.time_iterations(warmup, iters, [&](int i) { P.run(be_, sets[std::size_t(i) % copies].ptrs); });
+  if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(times);  // slowest rank per iteration
+  Stats s = stats(times);
+  int calls = std::max<int>(opt_.batch_calls, int(copies));
+  double batch = be_.time_batch(calls, 5, [&](int i) { P.run(be_, sets[std::size_t(i) % copies].ptrs); });
+  if (dist_ && dist_->size() > 1) batch = dist_->allreduce_max(batch);
+  rec["timing"] = {{"method", be_.timing_method()}, {"cache", copies > 1 ? "cold" : "warm"},
+                   {"rotated_copies", copies}, {"warmup_iters", warmup}, {"iters", iters},
+                   {"rank_reduce", "max"},
+                   {"time_us", {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min},
+                                {"max", s.max}, {"mean", s.mean}, {"stdev", s.stdev}}},
+                   {"cv_pct", s.mean > 0 ? 100.0 * s.stdev / s.mean : 0.0},
+                   {"batch_time_us", batch >= 0 ? nlohmann::json(batch) : nlohmann::json(nullptr)},
+                   {"batch_mode", be_.name() == "cuda" ? "cuda_graph" : "loop"},
+                   {"batch_calls", calls}};
+  nlohmann::json m;
+  m["floor_fraction"] = s.median > 0 && floor_us > 0 ? nlohmann::json(floor_us / s.median) : nlohmann::json(nullptr);
+  m["gb_per_s"] = s.median > 0 ? w.bytes / (s.median * 1e3) : 0.0;
+  m["tflops"] = s.median > 0 ? w.flops / (s.median * 1e6) : 0.0;
+  m["tokens_per_s"] = s.median > 0 ? double(w.tokens) / (s.median * 1e-6) : 0.0;
+  m["speedup_vs_cublas"] = nullptr;
+  m["speedup_vs_cublas_grouped"] = nullptr;
+  if (opt_.baselines && be_.name() == "cuda") {
+    Baseline bl = P.baseline();
+    double dense = 0;
+    bool ok = !bl.dense.empty();
+    for (auto& g : bl.dense) {
+      double t = be_.baseline_gemm_us(P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, g.m, g.n, g.k, 20);
+      if (t < 0) ok = false; else dense += t;
+    }
+    double grouped = bl.grouped.empty() ? -1 : be_.baseline_grouped_gemm_us(
+        P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, bl.grouped, 20);
+    if (dist_ && dist_->size() > 1) { dense = dist_->allreduce_max(dense); grouped = dist_->allreduce_max(grouped); }
+    rec["baseline"] = {{"cublas_us", ok ? nlohmann::json(dense) : nlohmann::json(nullptr)},
+                       {"cublas_grouped_us", grouped >= 0 ? nlohmann::json(grouped) : nlohmann::json(nullptr)}};
+    if (ok && s.median > 0) m["speedup_vs_cublas"] = dense / s.median;
+    if (grouped >= 0 && s.median > 0) m["speedup_vs_cublas_grouped"] = grouped / s.median;
+  }
+  rec["metrics"] = m;
+  return out;
+}
+
+}  // namespace punica::bench

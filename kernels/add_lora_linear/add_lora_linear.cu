@@ -1,0 +1,69 @@
+// vLLM add_lora_linear: y[t, c_s : c_s + N_s] (+)= scale * B_s[l] @ round_w(A_s[l] @ x[t]).
+// Decode: split-K shrink partials -> (PDL) expand summing them, two kernels and no memset.
+// Prefill: the shrink (mma) into the fp32 workspace, then the expand (mma) reading it.
+#include "kernels/add_lora_linear/add_lora_linear.h"
+#include "kernels/add_lora_linear/heuristics.h"
+#include "kernels/common/error.h"
+#include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_expand/lora_expand_internal.h"
+#include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_shrink/lora_shrink_internal.h"
+
+namespace punica::kernels {
+
+std::size_t add_lora_linear_workspace_bytes(int64_t max_tokens, int num_slices, int max_rank) {
+  return linear_heur::workspace_bytes(max_tokens, num_slices, max_rank);
+}
+
+void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
+  PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
+                 "add_lora_linear: num_slices must be in [1, 8]");
+  if (a.num_tokens == 0 || a.max_loras == 0) return;
+  PUNICA_REQUIRE(a.workspace != nullptr || a.max_rank == 0, ErrorKind::usage,
+                 "add_lora_linear: workspace missing");
+  LoraShrinkArgs sa;
+  sa.dtype = a.dtype;
+  sa.out_dtype = DType::f32;
+  sa.num_tokens = a.num_tokens;
+  sa.hidden = a.hidden;
+  sa.x = a.x;
+  sa.x_row_stride = a.x_row_stride ? a.x_row_stride : a.hidden;
+  sa.num_slices = a.num_slices;
+  sa.max_loras = a.max_loras;
+  sa.max_rank = a.max_rank;
+  sa.lora_ranks = a.lora_ranks;
+  sa.meta = a.meta;
+  sa.scale = a.scale;
+  sa.y = a.workspace;
+  LoraExpandArgs ea;
+  ea.in_dtype = DType::f32;
+  ea.dtype = a.dtype;
+  ea.num_tokens = a.num_tokens;
+  ea.x = a.workspace;
+  ea.num_slices = a.num_slices;
+  int64_t total = 0;
+  for (int s = 0; s < kMaxSlices; ++s) {
+    sa.lora_a[s] = a.lora_a[s];
+    ea.lora_b[s] = a.lora_b[s];
+    ea.slice_width[s] = s < a.num_slices ? a.slice_width[s] : 0;
+    total += ea.slice_width[s];
+  }
+  ea.max_loras = a.max_loras;
+  ea.max_rank = a.max_rank;
+  ea.lora_ranks = a.lora_ranks;
+  ea.meta = a.meta;
+  ea.y = a.y;
+  ea.y_row_stride = a.y_row_stride ? a.y_row_stride : total;
+  ea.offset_start = 0;
+  ea.add_inputs = a.add_inputs;
+
+  if (linear_heur::use_partials(a.num_tokens)) {
+    const int nsplit = detail::launch_shrink_partials(sa, static_cast<float*>(a.workspace), stream);
+    detail::launch_expand_from_partials(ea, static_cast<const float*>(a.workspace), nsplit, stream);
+  } else {
+    launch_lora_shrink(sa, stream);
+    launch_lora_expand(ea, stream);
+  }
+}
+
+}  // namespace punica::kernels

@@ -1,0 +1,59 @@
+// LogitsProcessorWithLoRA's add_lora_logits on request-level (sampler) routing, in two kernels:
+// (1) u[j][0:r_s] = round_w(scale * A[s_j] @ x[j]) into the caller's fp32 workspace (row_dot.cuh),
+// (2) a wide-N expand over the vocabulary, rows sorted by slot so each B row is read once per run:
+// y[j, 0:V] += round_w(B[s_j] @ u[j]) (sorted_expand.cuh). Rows with slot -1 are never touched.
+#include "kernels/add_lora_logits/add_lora_logits.h"
+#include "kernels/add_lora_embedding/sorted_expand.cuh"
+#include "kernels/add_lora_logits/row_dot.cuh"
+#include "kernels/common/error.h"
+
+#include <algorithm>
+
+namespace punica::kernels {
+namespace {
+
+template <class T>
+struct LogitsShrinkEpi {
+  float* u;  // [R, max_rank]
+  const int32_t* ranks;
+  int max_rank;
+  float scale;
+  __device__ __forceinline__ int outputs(int slot) const { return ranks ? ranks[slot] : max_rank; }
+  __device__ __forceinline__ void store(int64_t row, int slot, int k, float acc) const {
+    u[row * max_rank + k] = elem::round_w<T>(scale * acc);
+  }
+};
+
+}  // namespace
+
+std::size_t add_lora_logits_workspace_bytes(int64_t max_rows, int max_rank) {
+  const std::size_t n = std::size_t(max_rows > 0 ? max_rows : 0) * std::size_t(max_rank > 0 ? max_rank : 0);
+  return std::max<std::size_t>(256, (n * sizeof(float) + 255) / 256 * 256);
+}
+
+void launch_add_lora_logits(const AddLoraLogitsArgs& a, cudaStream_t stream) {
+  PUNICA_REQUIRE(a.num_rows >= 0 && a.hidden >= 0 && a.vocab_size >= 0 && a.max_rank >= 0 &&
+                     a.max_loras >= 0,
+                 ErrorKind::usage, "add_lora_logits: negative size");
+  if (a.num_rows == 0 || a.vocab_size == 0 || a.max_rank == 0 || a.max_loras == 0) return;
+  PUNICA_REQUIRE(a.max_rank <= 512, ErrorKind::usage, "add_lora_logits: max_rank above 512");
+  PUNICA_REQUIRE(a.x && a.lora_a && a.lora_b && a.y && a.workspace && a.meta.token_lora_mapping &&
+                     a.meta.sorted_token_ids,
+                 ErrorKind::usage, "add_lora_logits: null pointer");
+  PUNICA_REQUIRE(a.x_row_stride >= a.hidden && a.y_row_stride >= a.vocab_size, ErrorKind::usage,
+                 "add_lora_logits: row stride smaller than the row");
+  float* u = static_cast<float*>(a.workspace);
+  elem::dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    row_dot::launch<T>(a.num_rows, a.max_rank, a.hidden, static_cast<const T*>(a.x), a.x_row_stride,
+                       static_cast<const T*>(a.lora_a), int64_t(a.max_rank) * a.hidden,
+                       a.meta.token_lora_mapping,
+                       LogitsShrinkEpi<T>{u, a.lora_ranks, a.max_rank, a.scale}, stream);
+    const sorted_expand::Params p{a.num_rows, a.meta.sorted_token_ids, a.meta.token_lora_mapping,
+                                  a.lora_ranks, a.max_rank, a.vocab_size, a.y, a.y_row_stride,
+                                  /*add_inputs=*/true};
+    sorted_expand::launch<T>(p, static_cast<const T*>(a.lora_b), sorted_expand::BufferRows{u}, stream);
+  });
+}
+
+}  // namespace punica::kernels

@@ -1,0 +1,398 @@
+// vLLM lora_expand (add_expand): y[t, c_s + n] (+)= round_w(B_s[l] @ round_w(x[s, t, :r_l]))[n] for
+// tokens with slot l. Wide-N GEMV for decode (lanes split a B row, 16-byte loads, a group of tokens
+// shares each load) and mma.sync tiles of 64 tokens x 128 columns for prefill (y streamed once).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <type_traits>
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/error.h"
+#include "kernels/lora_expand/heuristics.h"
+#include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_expand/lora_expand_internal.h"
+#include "kernels/lora_shrink/lora_device.cuh"
+
+namespace punica::kernels {
+namespace {
+using namespace lora_dev;
+namespace H = expand_heur;
+
+struct ExpandParams {
+  const void* x;               // [S,T,R] of TI, or partials [nsplit,S,T,R] fp32
+  const void* b[kMaxSlices];
+  int64_t n[kMaxSlices];
+  int64_t col[kMaxSlices];     // first output column of each slice (offset_start included)
+  int64_t T;
+  int S, L, R;
+  const int32_t* ranks;
+  LoraMetaView meta;
+  void* y;
+  int64_t ldy;
+  int add;
+  int nsplit;
+};
+
+// Input value x[s, t, k] as the weight dtype would see it (vLLM casts fp32 x before the dot).
+template <class T, class TI, bool FROM_PART>
+__device__ __forceinline__ float load_x(const ExpandParams& p, int s, int t, int k) {
+  if (FROM_PART) {
+    const float* part = static_cast<const float*>(p.x);
+    float v = 0.f;
+    for (int ks = 0; ks < p.nsplit; ++ks) v += part[((int64_t(ks) * p.S + s) * p.T + t) * p.R + k];
+    return round_to<T>(v);
+  } else {
+    return round_to<T>(to_f<TI>(static_cast<const TI*>(p.x)[(int64_t(s) * p.T + t) * p.R + k]));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void write_y(const ExpandParams& p, T* yp, float acc) {
+  const float v = round_to<T>(acc);
+  *yp = from_f<T>(p.add ? to_f<T>(*yp) + v : v);
+}
+
+// ---------------------------------------------------------------- wide-N GEMV (decode)
+// grid (ceil(max N / kGemvCols), S, L + 1 entries). G lanes (power of two covering r/8 vectors)
+// share one B row; a warp covers 32/G columns per step; kGemvTokens tokens reuse each B load.
+template <class T, class TI, bool VECB, bool FROM_PART>
+__global__ void __launch_bounds__(H::kGemvThreads) expand_gemv_kernel(ExpandParams p) {
+  constexpr int TB = H::kGemvTokens;
+  extern __shared__ __align__(16) float xs[];  // [TB][R8]
+  if (*p.meta.no_lora_flag) return;
+  const int entry = blockIdx.z;
+  const int l = p.meta.active_lora_ids[entry];
+  if (l < 0) return;
+  const int s = blockIdx.y;
+  const int64_t Ns = p.n[s];
+  const int64_t n0 = int64_t(blockIdx.x) * H::kGemvCols;
+  if (n0 >= Ns) return;
+  const int64_t nend = min(Ns, n0 + H::kGemvCols);
+  const int r = p.ranks[l];
+  const int R8 = (p.R + 7) & ~7;
+  const int nvec = (r + 7) >> 3;
+  const int G = nvec <= 1 ? 1 : nvec <= 2 ? 2 : nvec <= 4 ? 4 : nvec <= 8 ? 8 : nvec <= 16 ? 16 : 32;
+  const int cpw = 32 / G;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int lig = lane & (G - 1), cidx = lane / G;
+  const T* B = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
+  const int ntok = p.meta.num_tokens_per_lora[entry];
+  const int start = p.meta.lora_token_start_loc[entry];
+  T* Y = static_cast<T*>(p.y) + p.col[s];
+
+  if (FROM_PART) {
+    // Pull this block's B rows towards L2 while the shrink grid finishes.
+    for (int64_t c = n0 + threadIdx.x; c < nend; c += blockDim.x)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(B + c * p.R));
+    pdl_wait();
+  }
+
+  for (int g = 0; g < ntok; g += TB) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < TB * R8; idx += blockDim.x) {
+      const int tt = idx / R8, k = idx % R8;
+      float v = 0.f;
+      if (g + tt < ntok && k < r) v = load_x<T, TI, FROM_PART>(p, s, p.meta.sorted_token_ids[start + g + tt], k);
+      xs[tt * R8 + k] = v;
+    }
+    __syncthreads();
+    for (int64_t cb = n0 + int64_t(warp) * cpw; cb < nend; cb += int64_t(H::kGemvThreads / 32) * cpw) {
+      const int64_t c = cb + cidx;
+      const bool valid = c < nend;
+      float acc[TB];
+#pragma unroll
+      for (int tt = 0; tt < TB; ++tt) acc[tt] = 0.f;
+      if (valid) {
+        const T* brow = B + c * p.R;
+        for (int kv = lig; kv < nvec; kv += G) {
+          const int k = kv * 8;
+          float b[8];
+          if (VECB && k + 8 <= r) {
+            load8<T>(brow + k, b);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) b[e] = (k + e < r) ? to_f<T>(brow[k + e]) : 0.f;
+          }
+#pragma unroll
+          for (int tt = 0; tt < TB; ++tt) {
+            const float4 x0 = *reinterpret_cast<const float4*>(xs + tt * R8 + k);
+            const float4 x1 = *reinterpret_cast<const float4*>(xs + tt * R8 + k + 4);
+            acc[tt] = fmaf(b[0], x0.x, acc[tt]); acc[tt] = fmaf(b[1], x0.y, acc[tt]);
+            acc[tt] = fmaf(b[2], x0.z, acc[tt]); acc[tt] = fmaf(b[3], x0.w, acc[tt]);
+            acc[tt] = fmaf(b[4], x1.x, acc[tt]); acc[tt] = fmaf(b[5], x1.y, acc[tt]);
+            acc[tt] = fmaf(b[6], x1.z, acc[tt]); acc[tt] = fmaf(b[7], x1.w, acc[tt]);
+          }
+        }
+      }
+      for (int off = G >> 1; off; off >>= 1)
+#pragma unroll
+        for (int tt = 0; tt < TB; ++tt) acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
+      if (valid && lig == 0) {
+#pragma unroll
+        for (int tt = 0; tt < TB; ++tt)
+          if (g + tt < ntok) write_y<T>(p, Y + int64_t(p.meta.sorted_token_ids[start + g + tt]) * p.ldy + c, acc[tt]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- mma.sync tiles (prefill)
+template <class T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+  static __device__ __forceinline__ float2 load(const void* p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+  }
+  static __device__ __forceinline__ void store(void* p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+  }
+};
+template <> struct Pair<__half> {
+  static __device__ __forceinline__ float2 load(const void* p) {
+    return __half22float2(*reinterpret_cast<const __half2*>(p));
+  }
+  static __device__ __forceinline__ void store(void* p, float a, float b) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+  }
+};
+
+// grid (ceil(max N / 128), flat token tiles bound, S). 4 warps as 2 x 2, each 32 tokens x 64 cols.
+template <class T, class TI, bool VECB>
+__global__ void __launch_bounds__(H::kMmaThreads) expand_mma_kernel(ExpandParams p) {
+  constexpr int BM = H::kMmaBM, BN = H::kMmaBN, BK = H::kMmaBK;
+  __shared__ __align__(128) uint4 sx[BM * 8];
+  __shared__ __align__(128) uint4 sb[BN * 8];
+  __shared__ int stok[BM];
+  if (*p.meta.no_lora_flag) return;
+  const int s = blockIdx.z;
+  const int64_t Ns = p.n[s];
+  const int64_t n0 = int64_t(blockIdx.x) * BN;
+  if (n0 >= Ns) return;
+  int entry, tile;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile)) return;
+  const int l = p.meta.active_lora_ids[entry];
+  const int r = p.ranks[l];
+  const int ntok = p.meta.num_tokens_per_lora[entry];
+  const int m0 = tile * BM;
+  const int rows = min(BM, ntok - m0);
+  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wm = warp >> 1, wn = warp & 1;
+  const T* B = static_cast<const T*>(p.b[s]) + (int64_t(l) * Ns + n0) * p.R;
+  const int64_t nvalid = Ns - n0 < BN ? Ns - n0 : int64_t(BN);
+  if (tid < BM) stok[tid] = tid < rows ? p.meta.sorted_token_ids[start + tid] : -1;
+  __syncthreads();
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int a = 0; a < 2; ++a)
+#pragma unroll
+    for (int b = 0; b < 8; ++b)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+
+  for (int k0 = 0; k0 < max(r, 1); k0 += BK) {
+    if (k0 > 0) __syncthreads();
+    // B tile: rows n, chunks of 8 ranks; never reads ranks >= r.
+#pragma unroll
+    for (int i = 0; i < BN * 8 / H::kMmaThreads; ++i) {
+      const int row = (tid >> 3) + 16 * i, ch = tid & 7;
+      const int k = k0 + ch * 8;
+      const T* src = B + int64_t(row) * p.R + k;
+      if (VECB && row < nvalid && k + 8 <= r) {
+        cp_async16(smem_u32(sb + swz(row, ch)), src, 16);
+      } else {
+        __align__(16) T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = (row < nvalid && k + e < r) ? src[e] : from_f<T>(0.f);
+        sb[swz(row, ch)] = *reinterpret_cast<const uint4*>(v);
+      }
+    }
+    cp_async_commit();
+    // x tile: row = tid / 2, four chunks each, rounded to T.
+    {
+      const int row = tid >> 1;
+      const int t = stok[row];
+#pragma unroll
+      for (int c4 = 0; c4 < 4; ++c4) {
+        const int ch = (tid & 1) * 4 + c4;
+        __align__(16) T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int k = k0 + ch * 8 + e;
+          v[e] = from_f<T>((t >= 0 && k < r) ? load_x<T, TI, false>(p, s, t, k) : 0.f);
+        }
+        sx[swz(row, ch)] = *reinterpret_cast<const uint4*>(v);
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    const int nks = min(BK / 16, (r - k0 + 15) / 16);
+    for (int kk = 0; kk < nks; ++kk) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+        ldmatrix_x4(af[mi], smem_u32(sx + swz(wm * 32 + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+#pragma unroll
+      for (int pn = 0; pn < 4; ++pn) {
+        const int mi8 = lane >> 3;
+        uint32_t bf[4];
+        ldmatrix_x4(bf, smem_u32(sb + swz(wn * 64 + pn * 16 + (mi8 >> 1) * 8 + (lane & 7), kk * 2 + (mi8 & 1))));
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaOp<T>::run(acc[mi][2 * pn], af[mi], bf[0], bf[1]);
+          MmaOp<T>::run(acc[mi][2 * pn + 1], af[mi], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+
+  const int g = lane >> 2, q = lane & 3;
+  T* Y = static_cast<T*>(p.y) + p.col[s] + n0;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = wm * 32 + mi * 16 + g + 8 * h;
+      const int t = stok[row];
+      if (t < 0) continue;
+      T* yrow = Y + int64_t(t) * p.ldy;
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) {
+        const int col = wn * 64 + ni * 8 + 2 * q;
+        if (col >= nvalid) continue;
+        const float v0 = round_to<T>(acc[mi][ni][2 * h]);
+        const float v1 = round_to<T>(acc[mi][ni][2 * h + 1]);
+        T* yp = yrow + col;
+        if (col + 1 < nvalid && (reinterpret_cast<uintptr_t>(yp) & 3u) == 0) {
+          float2 o = p.add ? Pair<T>::load(yp) : make_float2(0.f, 0.f);
+          Pair<T>::store(yp, o.x + v0, o.y + v1);
+        } else {
+          yp[0] = from_f<T>(p.add ? to_f<T>(yp[0]) + v0 : v0);
+          if (col + 1 < nvalid) yp[1] = from_f<T>(p.add ? to_f<T>(yp[1]) + v1 : v1);
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------- host side
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+void validate(const LoraExpandArgs& a) {
+  PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
+                 "lora_expand: num_slices must be in [1, 8]");
+  PUNICA_REQUIRE(a.max_loras >= 0 && a.max_rank >= 0, ErrorKind::usage, "lora_expand: negative size");
+  PUNICA_REQUIRE(a.max_loras + 1 <= 65535, ErrorKind::usage, "lora_expand: max_loras too large");
+}
+
+ExpandParams make_params(const LoraExpandArgs& a, int64_t& maxN) {
+  ExpandParams p{};
+  p.x = a.x;
+  int64_t c = a.offset_start;
+  maxN = 0;
+  for (int s = 0; s < kMaxSlices; ++s) {
+    p.b[s] = a.lora_b[s];
+    p.n[s] = s < a.num_slices ? a.slice_width[s] : 0;
+    p.col[s] = c;
+    c += p.n[s];
+    if (p.n[s] > maxN) maxN = p.n[s];
+  }
+  p.T = a.num_tokens;
+  p.S = a.num_slices;
+  p.L = a.max_loras;
+  p.R = a.max_rank;
+  p.ranks = a.lora_ranks;
+  p.meta = a.meta;
+  p.y = a.y;
+  p.ldy = a.y_row_stride ? a.y_row_stride : c;
+  p.add = a.add_inputs ? 1 : 0;
+  p.nsplit = 0;
+  return p;
+}
+
+bool b_vec_ok(const LoraExpandArgs& a) {
+  if (a.max_rank % 8 != 0) return false;
+  for (int s = 0; s < a.num_slices; ++s)
+    if (!aligned16(a.lora_b[s])) return false;
+  return true;
+}
+
+template <class T, class TI, bool FROM_PART>
+void launch_gemv(const ExpandParams& p, int64_t maxN, bool vecb, bool pdl, cudaStream_t st) {
+  dim3 grid(unsigned((maxN + H::kGemvCols - 1) / H::kGemvCols), unsigned(p.S), unsigned(p.L + 1));
+  const std::size_t smem = std::size_t(H::kGemvTokens) * ((p.R + 7) & ~7) * sizeof(float);
+  PUNICA_REQUIRE(smem <= 48 * 1024, ErrorKind::usage, "lora_expand: max_rank too large");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(H::kGemvThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  if (vecb) PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, expand_gemv_kernel<T, TI, true, FROM_PART>, p));
+  else PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, expand_gemv_kernel<T, TI, false, FROM_PART>, p));
+}
+
+template <class T, class TI>
+void launch_mma(const ExpandParams& p, int64_t maxN, cudaStream_t st) {
+  const int64_t tiles = (p.T + H::kMmaBM - 1) / H::kMmaBM + p.L + 1;
+  PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for one launch");
+  dim3 grid(unsigned((maxN + H::kMmaBN - 1) / H::kMmaBN), unsigned(tiles), unsigned(p.S));
+  expand_mma_kernel<T, TI, true><<<grid, H::kMmaThreads, 0, st>>>(p);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class TI>
+void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st) {
+  const bool vecb = b_vec_ok(a);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) return launch_mma<T, TI>(p, maxN, st);
+  }
+  launch_gemv<T, TI, false>(p, maxN, vecb, false, st);
+}
+
+template <class T>
+void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st) {
+  switch (a.in_dtype) {
+    case DType::f32: dispatch<T, float>(a, p, maxN, st); break;
+    case DType::f16: dispatch<T, __half>(a, p, maxN, st); break;
+    case DType::bf16: dispatch<T, __nv_bfloat16>(a, p, maxN, st); break;
+  }
+}
+
+}  // namespace
+
+void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t stream) {
+  validate(a);
+  if (a.num_tokens == 0 || a.max_loras == 0) return;
+  int64_t maxN = 0;
+  const ExpandParams p = make_params(a, maxN);
+  if (maxN == 0) return;
+  switch (a.dtype) {
+    case DType::f32: dispatch_in<float>(a, p, maxN, stream); break;
+    case DType::f16: dispatch_in<__half>(a, p, maxN, stream); break;
+    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream); break;
+  }
+}
+
+namespace detail {
+
+void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
+                                 cudaStream_t stream) {
+  validate(a);
+  if (a.num_tokens == 0 || a.max_loras == 0) return;
+  int64_t maxN = 0;
+  ExpandParams p = make_params(a, maxN);
+  if (maxN == 0) return;
+  p.x = partials;
+  p.nsplit = nsplit;
+  const bool vecb = b_vec_ok(a);
+  switch (a.dtype) {
+    case DType::f32: launch_gemv<float, float, true>(p, maxN, vecb, true, stream); break;
+    case DType::f16: launch_gemv<__half, float, true>(p, maxN, vecb, true, stream); break;
+    case DType::bf16: launch_gemv<__nv_bfloat16, float, true>(p, maxN, vecb, true, stream); break;
+  }
+}
+
+}  // namespace detail
+}  // namespace punica::kernels

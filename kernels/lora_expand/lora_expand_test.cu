@@ -1,0 +1,155 @@
+// GPU test of lora_expand (vLLM add_expand) against the Eigen reference: fp32 and 16-bit inputs
+// (rounded to the weight dtype), mixed true ranks, -1 tokens left bit-equal, 1 and 3 unequal
+// slices, offset_start > 0, add_inputs on/off, NaN in B's / x's padding, guarded y.
+#include <gtest/gtest.h>
+#include <cmath>
+#include <numeric>
+#include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_shrink/lora_test_util.h"
+#include "reference/lora_reference.h"
+
+namespace punica::kernels {
+namespace {
+using namespace testutil;
+
+struct ExpandCase {
+  DType dtype = DType::bf16;
+  DType in = DType::f32;
+  int T = 7;
+  std::vector<int64_t> widths = {1024};
+  std::vector<int> ranks = {16, 8, 0, 16};
+  bool add = true;
+  int64_t offset = 0;
+  bool nan_pad = false;
+  bool all_none = false;
+  uint64_t seed = 3;
+};
+
+void run_case(const ExpandCase& c) {
+  SCOPED_TRACE(std::string(dtype_name(c.dtype)) + "/" + dtype_name(c.in) + " T=" + std::to_string(c.T) +
+               " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add) +
+               " off=" + std::to_string(c.offset));
+  const int L = int(c.ranks.size());
+  const int S = int(c.widths.size());
+  const int R = *std::max_element(c.ranks.begin(), c.ranks.end());
+  const int64_t total = std::accumulate(c.widths.begin(), c.widths.end(), int64_t(0));
+  const int64_t ldy = c.offset + total + 24;
+  const uint64_t key = hash_key(c.seed, hash_string("expand"), 0);
+  std::vector<int32_t> map = c.all_none ? std::vector<int32_t>(std::size_t(c.T), -1) : make_mapping(c.T, c.ranks, key + 2);
+  HostTensor x = random_tensor(c.in, std::size_t(S) * c.T * R, key + 1);
+  std::vector<HostTensor> B;
+  for (int s = 0; s < S; ++s) {
+    B.push_back(random_tensor(c.dtype, std::size_t(L) * c.widths[s] * R, key + 10 + s, 0.25f));
+    if (c.nan_pad)
+      for (int l = 0; l < L; ++l)
+        for (int64_t n = 0; n < c.widths[s]; ++n)
+          for (int k = c.ranks[l]; k < R; ++k) B[s].set((std::size_t(l) * c.widths[s] + n) * R + k, NAN);
+  }
+  if (c.nan_pad)
+    for (int s = 0; s < S; ++s)
+      for (int t = 0; t < c.T; ++t)
+        for (int k = map[t] < 0 ? 0 : c.ranks[map[t]]; k < R; ++k) x.set((std::size_t(s) * c.T + t) * R + k, NAN);
+  const HostMeta hm = build_meta(map, L);
+  DeviceMeta dm;
+  upload_meta(dm, hm);
+  std::vector<int32_t> ranks32(c.ranks.begin(), c.ranks.end());
+  DeviceBuffer dranks(ranks32.size() * 4);
+  dranks.upload(ranks32.data(), ranks32.size() * 4);
+  DeviceBuffer dx = to_device(x);
+  std::vector<DeviceBuffer> dB;
+  for (auto& b : B) dB.push_back(to_device(b));
+  HostTensor y0 = random_tensor(c.dtype, std::size_t(c.T) * ldy, key + 5);
+  Guarded gy(y0);
+
+  LoraExpandArgs a;
+  a.in_dtype = c.in;
+  a.dtype = c.dtype;
+  a.num_tokens = c.T;
+  a.x = dx.get();
+  a.num_slices = S;
+  for (int s = 0; s < S; ++s) { a.lora_b[s] = dB[s].get(); a.slice_width[s] = c.widths[s]; }
+  a.max_loras = L;
+  a.max_rank = R;
+  a.lora_ranks = dranks.as<int32_t>();
+  a.meta = dm.view();
+  a.y = gy.ptr();
+  a.y_row_stride = ldy;
+  a.offset_start = c.offset;
+  a.add_inputs = c.add;
+  launch_lora_expand(a, nullptr);
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  bool guards = false;
+  HostTensor got = gy.download(guards);
+  EXPECT_TRUE(guards) << "guard region overwritten";
+
+  HostTensor ref = y0;
+  LoraExpandArgs h = a;
+  h.x = x.data();
+  for (int s = 0; s < S; ++s) h.lora_b[s] = B[s].data();
+  h.lora_ranks = ranks32.data();
+  h.meta = LoraMetaView{hm.mapping.data(), hm.sorted.data(), hm.active.data(), hm.counts.data(),
+                        hm.start.data(), &hm.no_lora, &hm.num_active};
+  h.y = ref.data();
+  ref::lora_expand(h);
+
+  std::vector<uint8_t> check(y0.n, 0);
+  std::size_t untouched_wrong = 0;
+  for (int t = 0; t < c.T; ++t)
+    for (int64_t col = 0; col < ldy; ++col) {
+      const std::size_t i = std::size_t(t) * ldy + col;
+      const bool inside = map[t] >= 0 && col >= c.offset && col < c.offset + total;
+      if (inside) check[i] = 1;
+      else if (got.bits(i) != y0.bits(i)) ++untouched_wrong;
+    }
+  EXPECT_EQ(untouched_wrong, 0u) << "-1 rows / columns outside the slices changed";
+  std::string rep;
+  EXPECT_EQ(compare(got, ref, rtol_for(c.dtype), check, rep), 0u) << rep;
+}
+
+TEST(LoraExpand, Bf16Decode) {
+  for (int T : {0, 1, 7}) run_case({DType::bf16, DType::f32, T, {1024}, {16, 8, 0, 16}});
+}
+TEST(LoraExpand, Bf16Prefill) {
+  run_case({DType::bf16, DType::f32, 300, {1024}, {16, 8, 0, 16}});
+  run_case({DType::bf16, DType::bf16, 300, {1024}, {16, 8, 0, 16}});
+}
+TEST(LoraExpand, ThreeUnequalSlicesOffset) {
+  for (int T : {7, 300})
+    for (bool add : {true, false}) {
+      ExpandCase c{DType::bf16, DType::f32, T, {1024, 256, 256}, {64, 33, 0, 1, 64}, add, 8};
+      run_case(c);
+    }
+}
+TEST(LoraExpand, Fp16) {
+  for (int T : {1, 7, 300}) run_case({DType::f16, DType::f32, T, {1000, 256, 72}, {32, 12, 0, 32}, true, 3});
+  run_case({DType::f16, DType::f16, 300, {512}, {16, 16}, false, 0});
+}
+TEST(LoraExpand, Fp32) {
+  for (int T : {1, 7, 300}) run_case({DType::f32, DType::f32, T, {1024, 256}, {16, 3, 0, 16}, true, 5});
+}
+TEST(LoraExpand, Rank1) {
+  for (int T : {1, 300}) run_case({DType::bf16, DType::f32, T, {1024}, {1, 1, 0}});
+}
+TEST(LoraExpand, Rank128And512) {
+  run_case({DType::bf16, DType::f32, 300, {512, 256}, {128, 100, 0, 128}});
+  run_case({DType::bf16, DType::f32, 7, {1024}, {512, 77, 512}});
+  run_case({DType::f16, DType::f32, 200, {256}, {512, 300, 0}, false, 0});
+}
+TEST(LoraExpand, NanPadding) {
+  for (int T : {7, 300}) {
+    ExpandCase c{DType::bf16, DType::f32, T, {1024, 256, 256}, {64, 5, 0, 40}, true, 8};
+    c.nan_pad = true;
+    run_case(c);
+  }
+  ExpandCase c{DType::f16, DType::f16, 300, {300}, {32, 7, 0, 19}, false, 1};
+  c.nan_pad = true;
+  run_case(c);
+}
+TEST(LoraExpand, AllTokensNone) {
+  ExpandCase c{DType::bf16, DType::f32, 7, {1024}, {16, 8}, false, 0};
+  c.all_none = true;
+  run_case(c);
+}
+
+}  // namespace
+}  // namespace punica::kernels

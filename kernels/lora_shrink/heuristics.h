@@ -1,0 +1,55 @@
+// Host-side launch configuration of lora_shrink (vLLM add_shrink): GEMV split-K on CUDA cores for
+// decode-sized batches, mma.sync tiles over tokens grouped by adapter for prefill. Decided from the
+// static shape only (T, K, S, max_rank, dtypes): no device value is read, so no synchronisation.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include "kernels/common/dtype.h"
+
+namespace punica::kernels::shrink_heur {
+
+constexpr int kGemvThreads = 256;   // 8 warps; a warp owns one rank row at a time
+constexpr int kGemvChunk = 256;     // k elements per warp step: 32 lanes x 8 (one 16-byte load)
+constexpr int kGemvRowBlock = 64;   // rank rows per block (grid splits larger ranks)
+constexpr int kGemvTokens = 4;      // tokens sharing one load of A
+constexpr int kMaxSplits = 32;      // split-K partials (also bounds add_lora_linear's workspace)
+constexpr int kMmaBM = 64;          // tokens per mma tile
+constexpr int kMmaBK = 64;          // k per pipeline stage
+constexpr int kMmaStages = 4;
+constexpr int kMmaThreads = 128;
+constexpr int64_t kDecodeMaxTokens = 128;  // at or below: GEMV path
+
+struct GemvConfig { int nsplit = 1, kc = kGemvChunk, nrowblk = 1; };
+struct MmaConfig { int bn = 64, nrc = 1, ksplit = 1, ktiles_per_split = 1; };
+
+inline GemvConfig gemv_config(int64_t K, int max_rank, bool single_pass) {
+  GemvConfig c;
+  const int64_t chunks = std::max<int64_t>(1, (K + kGemvChunk - 1) / kGemvChunk);
+  const int64_t splits = single_pass ? 1 : std::min<int64_t>(chunks, kMaxSplits);
+  c.kc = int(((chunks + splits - 1) / splits) * kGemvChunk);
+  c.nsplit = int((K + c.kc - 1) / c.kc);
+  if (c.nsplit < 1) c.nsplit = 1;
+  c.nrowblk = std::max(1, (max_rank + kGemvRowBlock - 1) / kGemvRowBlock);
+  return c;
+}
+
+// Tensor cores: 16-bit inputs, fp32 output (atomics allow split-K), enough tokens to fill tiles.
+inline bool use_mma(DType dtype, DType out_dtype, int64_t T) {
+  return dtype != DType::f32 && out_dtype == DType::f32 && T > kDecodeMaxTokens;
+}
+
+inline MmaConfig mma_config(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
+  MmaConfig c;
+  c.bn = max_rank <= 16 ? 16 : max_rank <= 32 ? 32 : 64;
+  c.nrc = (max_rank + c.bn - 1) / c.bn;
+  const int64_t ktiles = (K + kMmaBK - 1) / kMmaBK;
+  const int64_t blocks = ((T + kMmaBM - 1) / kMmaBM) * S * c.nrc;
+  int64_t want = (2 * int64_t(num_sms) + blocks - 1) / std::max<int64_t>(blocks, 1);
+  want = std::min<int64_t>(want, std::max<int64_t>(1, ktiles / 8));
+  c.ksplit = int(std::max<int64_t>(1, std::min<int64_t>(want, 16)));
+  c.ktiles_per_split = int((ktiles + c.ksplit - 1) / c.ksplit);
+  c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
+  return c;
+}
+
+}  // namespace punica::kernels::shrink_heur

@@ -1,0 +1,427 @@
+// vLLM lora_shrink (add_shrink): y[s, t, :r_l] = scale * A_s[l] @ x[t] for tokens with slot l,
+// zeros elsewhere. Two paths: split-K GEMV (decode: few tokens per adapter, 16-byte loads of A and
+// x, fp32 atomics into the zeroed y) and mma.sync tiles of 64 tokens of one adapter (prefill).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/error.h"
+#include "kernels/lora_shrink/heuristics.h"
+#include "kernels/lora_shrink/lora_device.cuh"
+#include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_shrink/lora_shrink_internal.h"
+
+namespace punica::kernels {
+namespace {
+using namespace lora_dev;
+namespace H = shrink_heur;
+
+struct ShrinkParams {
+  const void* x;
+  int64_t x_stride;
+  const void* a[kMaxSlices];
+  int64_t T, K;
+  int S, L, R;
+  const int32_t* ranks;
+  LoraMetaView meta;
+  float scale;
+  void* y;  // [S,T,R] (atomic/store) or [nsplit,S,T,R] partials
+  int kc, nsplit, nrowblk;      // GEMV
+  int nrc, ktiles_per_split;    // mma
+};
+
+enum class OutMode { atomic_f32, store, partial };
+
+// ---------------------------------------------------------------- GEMV split-K (decode)
+// grid (nsplit * nrowblk, L + 1 entries, S). Warp w handles rank rows row0 + w + 8i of the block's
+// k-range for kGemvTokens tokens at a time; lanes cover the range with 16-byte loads (VEC) or 8
+// strided scalars (any K / alignment).
+template <class T, class TO, bool VEC, OutMode MODE>
+__global__ void __launch_bounds__(H::kGemvThreads) shrink_gemv_kernel(ShrinkParams p) {
+  constexpr int TB = H::kGemvTokens;
+  if (MODE == OutMode::partial) pdl_launch_dependents();
+  if (*p.meta.no_lora_flag) return;
+  const int entry = blockIdx.y;
+  const int l = p.meta.active_lora_ids[entry];
+  if (l < 0) return;
+  const int r = p.ranks[l];
+  const int ks = blockIdx.x % p.nsplit, rb = blockIdx.x / p.nsplit;
+  const int row0 = rb * H::kGemvRowBlock;
+  if (row0 >= r) return;
+  const int row1 = min(r, row0 + H::kGemvRowBlock);
+  const int s = blockIdx.z;
+  const int64_t k0 = int64_t(ks) * p.kc, k1 = min(p.K, k0 + p.kc);
+  const int ntok = p.meta.num_tokens_per_lora[entry];
+  const int start = p.meta.lora_token_start_loc[entry];
+  const T* A = static_cast<const T*>(p.a[s]) + int64_t(l) * p.R * p.K;
+  const T* X = static_cast<const T*>(p.x);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  for (int g = 0; g < ntok; g += TB) {
+    int tok[TB];
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt) tok[tt] = (g + tt < ntok) ? p.meta.sorted_token_ids[start + g + tt] : -1;
+    for (int j0 = row0 + warp; j0 < row1; j0 += 16) {  // two rows per step for loads in flight
+      float acc[2][TB];
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int tt = 0; tt < TB; ++tt) acc[u][tt] = 0.f;
+      const bool has1 = j0 + 8 < row1;
+      for (int64_t kb = k0; kb < k1; kb += H::kGemvChunk) {
+        float a[2][8], xv[TB][8];
+        if (VEC) {
+          const int64_t k = kb + lane * 8;
+          const bool in = k < k1;
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            if (in && (u == 0 || has1)) load8<T>(A + int64_t(j0 + 8 * u) * p.K + k, a[u]);
+            else {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) a[u][e] = 0.f;
+            }
+          }
+#pragma unroll
+          for (int tt = 0; tt < TB; ++tt) {
+            if (in && tok[tt] >= 0) load8<T>(X + int64_t(tok[tt]) * p.x_stride + k, xv[tt]);
+            else {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) xv[tt][e] = 0.f;
+            }
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const int64_t k = kb + lane + 32 * e;
+            const bool in = k < k1;
+#pragma unroll
+            for (int u = 0; u < 2; ++u)
+              a[u][e] = (in && (u == 0 || has1)) ? to_f<T>(A[int64_t(j0 + 8 * u) * p.K + k]) : 0.f;
+#pragma unroll
+            for (int tt = 0; tt < TB; ++tt)
+              xv[tt][e] = (in && tok[tt] >= 0) ? to_f<T>(X[int64_t(tok[tt]) * p.x_stride + k]) : 0.f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int tt = 0; tt < TB; ++tt)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[u][tt] = fmaf(a[u][e], xv[tt][e], acc[u][tt]);
+      }
+      // Butterfly sums leave every lane with every total; lane u*TB+tt writes (row u, token tt).
+      float mine = 0.f;
+      int mytok = -1;
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int tt = 0; tt < TB; ++tt) {
+          const float v = warp_sum(acc[u][tt]);
+          if (lane == u * TB + tt) { mine = v; mytok = tok[tt]; }
+        }
+      if (lane < 2 * TB) {
+        const int u = lane / TB;
+        const int j = j0 + 8 * u;
+        if (mytok >= 0 && j < row1) {
+          const float v = mine * p.scale;
+          if (MODE == OutMode::partial) {
+            float* part = static_cast<float*>(p.y);
+            part[((int64_t(ks) * p.S + s) * p.T + mytok) * p.R + j] = v;
+          } else if (MODE == OutMode::atomic_f32) {
+            atomicAdd(static_cast<float*>(p.y) + (int64_t(s) * p.T + mytok) * p.R + j, v);
+          } else {
+            static_cast<TO*>(p.y)[(int64_t(s) * p.T + mytok) * p.R + j] = from_f<TO>(v);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- mma.sync tiles (prefill)
+// grid (S * nrc, flat token tiles bound, ksplit). Block = 64 tokens of one adapter x BN rank rows
+// of slice s, k-range of ktiles_per_split 64-wide stages; 4 warps x 16 tokens x BN.
+template <class T, int BN, bool VEC>
+__global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams p) {
+  constexpr int BM = H::kMmaBM, BK = H::kMmaBK, ST = H::kMmaStages;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint4* sx = reinterpret_cast<uint4*>(smem_raw);              // [ST][BM*8] chunks
+  uint4* sa = sx + ST * BM * 8;                                 // [ST][BN*8]
+  if (*p.meta.no_lora_flag) return;
+  int entry, tile;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile)) return;
+  const int l = p.meta.active_lora_ids[entry];
+  const int r = p.ranks[l];
+  const int s = blockIdx.x % p.S, rc = blockIdx.x / p.S;
+  const int n0 = rc * BN;
+  if (n0 >= r) return;
+  const int ntok = p.meta.num_tokens_per_lora[entry];
+  const int m0 = tile * BM;
+  const int rows = min(BM, ntok - m0);
+  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int64_t ktiles = (p.K + BK - 1) / BK;
+  const int64_t kt0 = int64_t(blockIdx.z) * p.ktiles_per_split;
+  const int64_t kt1 = min(ktiles, kt0 + p.ktiles_per_split);
+  if (kt0 >= kt1) return;
+  const int nkt = int(kt1 - kt0);
+  const T* X = static_cast<const T*>(p.x);
+  const T* A = static_cast<const T*>(p.a[s]) + (int64_t(l) * p.R + n0) * p.K;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  // Loader assignment: x chunks (row = tid/8 + 16i, chunk = tid%8), A chunks likewise.
+  constexpr int XI = BM * 8 / H::kMmaThreads;  // 4
+  constexpr int AI = (BN * 8 + H::kMmaThreads - 1) / H::kMmaThreads;
+  const int ch = tid & 7;
+  const T* xrow[XI];
+#pragma unroll
+  for (int i = 0; i < XI; ++i) {
+    const int row = (tid >> 3) + 16 * i;
+    xrow[i] = row < rows ? X + int64_t(p.meta.sorted_token_ids[start + row]) * p.x_stride : nullptr;
+  }
+  const int nrows_a = min(BN, r - n0);
+
+  auto load_stage = [&](int stage, int64_t kt) {
+    const int64_t kbase = kt * BK + ch * 8;
+    uint4* dx = sx + stage * BM * 8;
+    uint4* da = sa + stage * BN * 8;
+#pragma unroll
+    for (int i = 0; i < XI; ++i) {
+      const int row = (tid >> 3) + 16 * i;
+      const bool ok = xrow[i] != nullptr && kbase < p.K;
+      if (VEC) {
+        cp_async16(smem_u32(dx + swz(row, ch)), ok ? (const void*)(xrow[i] + kbase) : (const void*)X, ok ? 16 : 0);
+      } else {
+        __align__(16) T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = (ok && kbase + e < p.K) ? xrow[i][kbase + e] : from_f<T>(0.f);
+        dx[swz(row, ch)] = *reinterpret_cast<const uint4*>(v);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < AI; ++i) {
+      const int row = (tid >> 3) + 16 * i;
+      if (row >= BN) break;
+      const bool ok = row < nrows_a && kbase < p.K;
+      const T* src = A + int64_t(row) * p.K + kbase;
+      if (VEC) {
+        cp_async16(smem_u32(da + swz(row, ch)), ok ? (const void*)src : (const void*)A, ok ? 16 : 0);
+      } else {
+        __align__(16) T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = (ok && kbase + e < p.K) ? src[e] : from_f<T>(0.f);
+        da[swz(row, ch)] = *reinterpret_cast<const uint4*>(v);
+      }
+    }
+  };
+
+  float acc[BN / 8][4];
+#pragma unroll
+  for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[i][c] = 0.f;
+
+#pragma unroll
+  for (int st = 0; st < ST - 1; ++st) {
+    if (st < nkt) load_stage(st, kt0 + st);
+    cp_async_commit();
+  }
+  const bool warp_live = warp * 16 < rows;
+  for (int it = 0; it < nkt; ++it) {
+    cp_async_wait<ST - 2>();
+    __syncthreads();
+    const int stage = it % ST;
+    if (warp_live) {
+      const uint4* tx = sx + stage * BM * 8;
+      const uint4* ta = sa + stage * BN * 8;
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        uint32_t af[4];
+        ldmatrix_x4(af, smem_u32(tx + swz(warp * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+#pragma unroll
+        for (int pn = 0; pn < BN / 16; ++pn) {
+          const int mi = lane >> 3;
+          uint32_t bf[4];
+          ldmatrix_x4(bf, smem_u32(ta + swz(pn * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1))));
+          MmaOp<T>::run(acc[2 * pn], af, bf[0], bf[1]);
+          MmaOp<T>::run(acc[2 * pn + 1], af, bf[2], bf[3]);
+        }
+      }
+    }
+    if (it + ST - 1 < nkt) load_stage((it + ST - 1) % ST, kt0 + it + ST - 1);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+
+  if (!warp_live) return;
+  const int g = lane >> 2, q = lane & 3;
+  float* Y = static_cast<float*>(p.y);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp * 16 + g + 8 * h;
+    if (row >= rows) continue;
+    const int t = p.meta.sorted_token_ids[start + row];
+    float* yrow = Y + (int64_t(s) * p.T + t) * p.R + n0;
+#pragma unroll
+    for (int ni = 0; ni < BN / 8; ++ni) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int j = ni * 8 + 2 * q + c;
+        if (j < nrows_a) {
+          const float v = acc[ni][2 * h + c] * p.scale;
+          if (p.ktiles_per_split < ktiles) atomicAdd(yrow + j, v);
+          else yrow[j] = v;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- host side
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+ShrinkParams make_params(const LoraShrinkArgs& a) {
+  ShrinkParams p{};
+  p.x = a.x;
+  p.x_stride = a.x_row_stride ? a.x_row_stride : a.hidden;
+  for (int s = 0; s < kMaxSlices; ++s) p.a[s] = a.lora_a[s];
+  p.T = a.num_tokens;
+  p.K = a.hidden;
+  p.S = a.num_slices;
+  p.L = a.max_loras;
+  p.R = a.max_rank;
+  p.ranks = a.lora_ranks;
+  p.meta = a.meta;
+  p.scale = a.scale;
+  p.y = a.y;
+  return p;
+}
+
+bool vec_ok(const LoraShrinkArgs& a, const ShrinkParams& p) {
+  if (p.K % 8 != 0 || p.x_stride % 8 != 0 || !aligned16(a.x)) return false;
+  for (int s = 0; s < a.num_slices; ++s)
+    if (!aligned16(a.lora_a[s])) return false;
+  return true;
+}
+
+void validate(const LoraShrinkArgs& a) {
+  PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
+                 "lora_shrink: num_slices must be in [1, 8]");
+  PUNICA_REQUIRE(a.max_loras >= 0 && a.max_rank >= 0 && a.hidden >= 0, ErrorKind::usage,
+                 "lora_shrink: negative size");
+  PUNICA_REQUIRE(a.max_loras + 1 <= 65535, ErrorKind::usage, "lora_shrink: max_loras too large");
+}
+
+template <class T, class TO, OutMode MODE>
+void launch_gemv_t(const ShrinkParams& p, bool vec, const H::GemvConfig& c, cudaStream_t st, bool pdl_primary) {
+  ShrinkParams q = p;
+  q.kc = c.kc;
+  q.nsplit = c.nsplit;
+  q.nrowblk = c.nrowblk;
+  dim3 grid(unsigned(c.nsplit * c.nrowblk), unsigned(p.L + 1), unsigned(p.S));
+  (void)pdl_primary;
+  if (vec) shrink_gemv_kernel<T, TO, true, MODE><<<grid, H::kGemvThreads, 0, st>>>(q);
+  else shrink_gemv_kernel<T, TO, false, MODE><<<grid, H::kGemvThreads, 0, st>>>(q);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class TO>
+void launch_gemv_mode(const ShrinkParams& p, bool vec, bool atomic, const H::GemvConfig& c, cudaStream_t st) {
+  if (atomic) launch_gemv_t<T, float, OutMode::atomic_f32>(p, vec, c, st, false);
+  else launch_gemv_t<T, TO, OutMode::store>(p, vec, c, st, false);
+}
+
+template <class T>
+void launch_gemv_dispatch_out(const ShrinkParams& p, DType out, bool vec, cudaStream_t st) {
+  const bool atomic = out == DType::f32;
+  const H::GemvConfig c = H::gemv_config(p.K, p.R, !atomic);
+  if (out == DType::f16) launch_gemv_mode<T, __half>(p, vec, atomic, c, st);
+  else if (out == DType::bf16) launch_gemv_mode<T, __nv_bfloat16>(p, vec, atomic, c, st);
+  else launch_gemv_mode<T, float>(p, vec, atomic, c, st);
+}
+
+int num_sms_cached() {
+  static int n = [] {
+    int dev = 0, v = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+      return v;
+    cudaGetLastError();
+    return 132;
+  }();
+  return n;
+}
+
+template <class T, int BN, bool VEC>
+void launch_mma_bn(const ShrinkParams& p, const H::MmaConfig& c, cudaStream_t st) {
+  constexpr int smem = H::kMmaStages * (H::kMmaBM + BN) * H::kMmaBK * 2;
+  static bool attr = [] {
+    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_mma_kernel<T, BN, VEC>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return true;
+  }();
+  (void)attr;
+  ShrinkParams q = p;
+  q.nrc = c.nrc;
+  q.ktiles_per_split = c.ktiles_per_split;
+  const int64_t tiles = (p.T + H::kMmaBM - 1) / H::kMmaBM + p.L + 1;
+  PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_shrink: too many tokens for one launch");
+  dim3 grid(unsigned(p.S * c.nrc), unsigned(tiles), unsigned(c.ksplit));
+  shrink_mma_kernel<T, BN, VEC><<<grid, H::kMmaThreads, smem, st>>>(q);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_mma(const ShrinkParams& p, bool vec, cudaStream_t st) {
+  const H::MmaConfig c = H::mma_config(p.T, p.K, p.S, p.R, num_sms_cached());
+  if (vec) {
+    if (c.bn == 16) launch_mma_bn<T, 16, true>(p, c, st);
+    else if (c.bn == 32) launch_mma_bn<T, 32, true>(p, c, st);
+    else launch_mma_bn<T, 64, true>(p, c, st);
+  } else {
+    if (c.bn == 16) launch_mma_bn<T, 16, false>(p, c, st);
+    else if (c.bn == 32) launch_mma_bn<T, 32, false>(p, c, st);
+    else launch_mma_bn<T, 64, false>(p, c, st);
+  }
+}
+
+}  // namespace
+
+void launch_lora_shrink(const LoraShrinkArgs& a, cudaStream_t stream) {
+  validate(a);
+  if (a.num_tokens == 0 || a.max_rank == 0) return;
+  const std::size_t ybytes = std::size_t(a.num_slices) * a.num_tokens * a.max_rank * dtype_size(a.out_dtype);
+  PUNICA_CUDA_CHECK(cudaMemsetAsync(a.y, 0, ybytes, stream));
+  if (a.max_loras == 0 || a.hidden == 0) return;
+  const ShrinkParams p = make_params(a);
+  const bool vec = vec_ok(a, p);
+  if (H::use_mma(a.dtype, a.out_dtype, a.num_tokens)) {
+    if (a.dtype == DType::bf16) launch_mma<__nv_bfloat16>(p, vec, stream);
+    else launch_mma<__half>(p, vec, stream);
+    return;
+  }
+  switch (a.dtype) {
+    case DType::f32: launch_gemv_dispatch_out<float>(p, a.out_dtype, vec, stream); break;
+    case DType::f16: launch_gemv_dispatch_out<__half>(p, a.out_dtype, vec, stream); break;
+    case DType::bf16: launch_gemv_dispatch_out<__nv_bfloat16>(p, a.out_dtype, vec, stream); break;
+  }
+}
+
+namespace detail {
+
+int shrink_partials_nsplit(int64_t K) { return H::gemv_config(K, 1, false).nsplit; }
+
+int launch_shrink_partials(const LoraShrinkArgs& a, float* partials, cudaStream_t stream) {
+  validate(a);
+  const H::GemvConfig c = H::gemv_config(a.hidden, a.max_rank, false);
+  if (a.num_tokens == 0 || a.max_rank == 0 || a.max_loras == 0) return c.nsplit;
+  ShrinkParams p = make_params(a);
+  p.y = partials;
+  const bool vec = vec_ok(a, p);
+  switch (a.dtype) {
+    case DType::f32: launch_gemv_t<float, float, OutMode::partial>(p, vec, c, stream, true); break;
+    case DType::f16: launch_gemv_t<__half, float, OutMode::partial>(p, vec, c, stream, true); break;
+    case DType::bf16: launch_gemv_t<__nv_bfloat16, float, OutMode::partial>(p, vec, c, stream, true); break;
+  }
+  return c.nsplit;
+}
+
+}  // namespace detail
+}  // namespace punica::kernels

@@ -1,0 +1,15 @@
+// Internal entry points of lora_shrink used by add_lora_linear's fused decode path: the split-K
+// GEMV that writes per-split fp32 partials (scaled) instead of atomically adding into y.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime_api.h>
+#include "kernels/lora_shrink/lora_shrink.h"
+
+namespace punica::kernels::detail {
+
+// partials: [nsplit, S, T, max_rank] fp32; only rows j < lora_ranks[slot] of tokens with a slot
+// are written. Returns nsplit (a function of K alone, see shrink_heur::gemv_config).
+int launch_shrink_partials(const LoraShrinkArgs& a, float* partials, cudaStream_t stream);
+int shrink_partials_nsplit(int64_t K);
+
+}  // namespace punica::kernels::detail

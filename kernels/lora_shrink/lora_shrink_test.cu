@@ -1,0 +1,150 @@
+// GPU test of lora_shrink (vLLM add_shrink) against the Eigen reference: mixed true ranks, -1
+// tokens, empty slots, K = 2049 (misaligned rows) and 4096, 1 and 3 slices, every dtype, NaN in
+// A's padding rows, NaN-poisoned output with guards (shrink must overwrite all of y).
+#include <gtest/gtest.h>
+#include <cmath>
+#include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_shrink/lora_test_util.h"
+#include "reference/lora_reference.h"
+
+namespace punica::kernels {
+namespace {
+using namespace testutil;
+
+struct ShrinkCase {
+  DType dtype = DType::bf16;
+  DType out = DType::f32;
+  int T = 7;
+  int64_t K = 4096;
+  int S = 1;
+  std::vector<int> ranks = {16, 8, 0, 16};  // per slot; max -> R unless R given
+  int R = 0;
+  bool nan_pad = false;
+  bool all_none = false;
+  float scale = 0.5f;
+  uint64_t seed = 1;
+};
+
+void run_case(const ShrinkCase& c) {
+  SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
+               " S=" + std::to_string(c.S) + " R=" + std::to_string(c.R));
+  const int L = int(c.ranks.size());
+  const int R = c.R ? c.R : *std::max_element(c.ranks.begin(), c.ranks.end());
+  const uint64_t key = hash_key(c.seed, hash_string("shrink"), 0);
+  HostTensor x = random_tensor(c.dtype, std::size_t(c.T) * c.K, key + 1);
+  std::vector<HostTensor> A;
+  for (int s = 0; s < c.S; ++s) {
+    A.push_back(random_tensor(c.dtype, std::size_t(L) * R * c.K, key + 10 + s, 0.25f));
+    if (c.nan_pad)
+      for (int l = 0; l < L; ++l)
+        for (int j = c.ranks[l]; j < R; ++j)
+          for (int64_t k = 0; k < c.K; ++k) A[s].set((std::size_t(l) * R + j) * c.K + k, NAN);
+  }
+  std::vector<int32_t> map = c.all_none ? std::vector<int32_t>(std::size_t(c.T), -1) : make_mapping(c.T, c.ranks, key + 2);
+  const HostMeta hm = build_meta(map, L);
+  DeviceMeta dm;
+  upload_meta(dm, hm);
+  std::vector<int32_t> ranks32(c.ranks.begin(), c.ranks.end());
+  DeviceBuffer dranks(ranks32.size() * 4);
+  dranks.upload(ranks32.data(), ranks32.size() * 4);
+  DeviceBuffer dx = to_device(x);
+  std::vector<DeviceBuffer> dA;
+  for (auto& a : A) dA.push_back(to_device(a));
+  HostTensor y0(c.out, std::size_t(c.S) * c.T * R);
+  for (std::size_t i = 0; i < y0.n; ++i) y0.set(i, NAN);
+  Guarded gy(y0);
+
+  LoraShrinkArgs a;
+  a.dtype = c.dtype;
+  a.out_dtype = c.out;
+  a.num_tokens = c.T;
+  a.hidden = c.K;
+  a.x = dx.get();
+  a.x_row_stride = c.K;
+  a.num_slices = c.S;
+  for (int s = 0; s < c.S; ++s) a.lora_a[s] = dA[s].get();
+  a.max_loras = L;
+  a.max_rank = R;
+  a.lora_ranks = dranks.as<int32_t>();
+  a.meta = dm.view();
+  a.scale = c.scale;
+  a.y = gy.ptr();
+  launch_lora_shrink(a, nullptr);
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  bool guards = false;
+  HostTensor got = gy.download(guards);
+  EXPECT_TRUE(guards) << "guard region overwritten";
+
+  HostTensor ref(c.out, y0.n);
+  for (std::size_t i = 0; i < ref.n; ++i) ref.set(i, NAN);
+  LoraShrinkArgs h = a;
+  h.x = x.data();
+  for (int s = 0; s < c.S; ++s) h.lora_a[s] = A[s].data();
+  h.lora_ranks = ranks32.data();
+  h.meta = LoraMetaView{hm.mapping.data(), hm.sorted.data(), hm.active.data(), hm.counts.data(),
+                        hm.start.data(), &hm.no_lora, &hm.num_active};
+  h.y = ref.data();
+  ref::lora_shrink(h);
+
+  // Rows of -1 tokens and columns beyond the true rank: exactly zero.
+  std::size_t zeros_wrong = 0;
+  for (int s = 0; s < c.S; ++s)
+    for (int t = 0; t < c.T; ++t)
+      for (int j = 0; j < R; ++j) {
+        const int l = map[t];
+        if (l < 0 || j >= c.ranks[l]) {
+          const std::size_t i = (std::size_t(s) * c.T + t) * R + j;
+          if (got.get(i) != 0.f) ++zeros_wrong;
+        }
+      }
+  EXPECT_EQ(zeros_wrong, 0u) << "padding / -1 rows not zero";
+  const float rtol = rtol_for(c.out == DType::f32 ? c.dtype : (c.dtype == DType::bf16 || c.out == DType::bf16 ? DType::bf16 : DType::f16));
+  std::string rep;
+  const std::size_t wrong = compare(got, ref, rtol, {}, rep);
+  EXPECT_EQ(wrong, 0u) << rep;
+}
+
+TEST(LoraShrink, Bf16Decode) {
+  for (int T : {0, 1, 7}) run_case({DType::bf16, DType::f32, T, 4096, 1, {16, 8, 0, 16}});
+}
+TEST(LoraShrink, Bf16Prefill) { run_case({DType::bf16, DType::f32, 300, 4096, 1, {16, 8, 0, 16}}); }
+TEST(LoraShrink, Bf16ThreeSlicesMixed) {
+  for (int T : {7, 300}) run_case({DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}});
+}
+TEST(LoraShrink, Fp16Hidden2049) {
+  for (int T : {1, 7, 300}) run_case({DType::f16, DType::f32, T, 2049, 3, {64, 40, 0, 17}});
+}
+TEST(LoraShrink, Fp32) {
+  for (int T : {1, 7, 300}) run_case({DType::f32, DType::f32, T, 2049, 1, {16, 3, 0, 16}});
+  run_case({DType::f32, DType::f32, 40, 4096, 2, {32, 9}});
+}
+TEST(LoraShrink, Rank1) {
+  for (int T : {1, 300}) run_case({DType::bf16, DType::f32, T, 4096, 1, {1, 1, 0}});
+}
+TEST(LoraShrink, Rank128And512) {
+  run_case({DType::bf16, DType::f32, 300, 1024, 1, {128, 100, 0, 128}});
+  run_case({DType::bf16, DType::f32, 7, 2049, 1, {512, 77, 512}});
+  run_case({DType::f16, DType::f32, 200, 1024, 2, {512, 300, 0}});
+}
+TEST(LoraShrink, NanPadding) {
+  for (int T : {7, 300}) {
+    ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 5, 0, 40}};
+    c.nan_pad = true;
+    run_case(c);
+  }
+  ShrinkCase c{DType::f16, DType::f32, 300, 2049, 1, {32, 7, 0, 19}};
+  c.nan_pad = true;
+  run_case(c);
+}
+TEST(LoraShrink, SixteenBitOutput) {
+  run_case({DType::bf16, DType::bf16, 7, 4096, 2, {16, 8}});
+  run_case({DType::f16, DType::f16, 300, 2049, 1, {16, 8, 0}});
+}
+TEST(LoraShrink, AllTokensNone) {
+  ShrinkCase c{DType::bf16, DType::f32, 7, 4096, 1, {16, 8}};
+  c.all_none = true;
+  run_case(c);
+}
+
+}  // namespace
+}  // namespace punica::kernels

@@ -1,0 +1,168 @@
+// Host helpers shared by the lora_shrink / lora_expand / add_lora_linear GPU tests: random 16/32-bit
+// tensors from hash_uniform, vLLM LoRAKernelMeta computed on the host (SPEC §2.5) and uploaded,
+// guarded device outputs, and the |y - r| <= atol + rtol |r| comparison (atol = rtol * rms(r)).
+#pragma once
+#include <gtest/gtest.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/device_buffer.h"
+#include "kernels/common/dtype.h"
+#include "kernels/common/hash_rng.h"
+#include "kernels/common/lora_types.h"
+
+namespace punica::kernels::testutil {
+
+// A host tensor stored as raw bytes in its dtype.
+struct HostTensor {
+  DType dtype = DType::f32;
+  std::size_t n = 0;
+  std::vector<uint8_t> bytes;
+  HostTensor() = default;
+  HostTensor(DType t, std::size_t count) : dtype(t), n(count), bytes(count * dtype_size(t)) {}
+  void* data() { return bytes.data(); }
+  const void* data() const { return bytes.data(); }
+  float get(std::size_t i) const { return load_elem(bytes.data(), dtype, i); }
+  void set(std::size_t i, float v) { store_elem(bytes.data(), dtype, i, v); }
+  uint32_t bits(std::size_t i) const {
+    if (dtype == DType::f32) { uint32_t u; std::memcpy(&u, bytes.data() + 4 * i, 4); return u; }
+    uint16_t u; std::memcpy(&u, bytes.data() + 2 * i, 2); return u;
+  }
+};
+
+inline HostTensor random_tensor(DType t, std::size_t n, uint64_t key, float amp = 1.f) {
+  HostTensor h(t, n);
+  for (std::size_t i = 0; i < n; ++i) h.set(i, amp * hash_uniform(key, i));
+  return h;
+}
+
+// LoRAKernelMeta.prepare_tensors on the host.
+struct HostMeta {
+  std::vector<int32_t> mapping, sorted, active, counts, start;
+  int32_t no_lora = 0, num_active = 0;
+};
+inline HostMeta build_meta(const std::vector<int32_t>& map, int L) {
+  HostMeta m;
+  const int T = int(map.size());
+  m.mapping = map;
+  m.sorted.resize(std::size_t(std::max(T, 1)), 0);
+  m.active.assign(std::size_t(L + 1), -1);
+  m.counts.assign(std::size_t(L + 1), 0);
+  m.start.assign(std::size_t(L + 2), 0);
+  m.no_lora = std::all_of(map.begin(), map.end(), [](int32_t v) { return v < 0; }) ? 1 : 0;
+  std::vector<int32_t> order(static_cast<std::size_t>(T));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return map[a] < map[b]; });
+  for (int i = 0; i < T; ++i) m.sorted[std::size_t(i)] = order[std::size_t(i)];
+  int na = 0;
+  for (int i = 0; i < T; ++i) {
+    const int32_t v = map[std::size_t(order[std::size_t(i)])];
+    if (na == 0 || m.active[std::size_t(na - 1)] != v) { m.active[std::size_t(na)] = v; ++na; }
+    m.counts[std::size_t(na - 1)]++;
+  }
+  m.num_active = na;
+  for (int i = 0; i < na; ++i) m.start[std::size_t(i + 1)] = m.start[std::size_t(i)] + m.counts[std::size_t(i)];
+  return m;
+}
+
+struct DeviceMeta {
+  DeviceBuffer mapping, sorted, active, counts, start, no_lora, num_active;
+  LoraMetaView view() const {
+    return {mapping.as<int32_t>(), sorted.as<int32_t>(), active.as<int32_t>(), counts.as<int32_t>(),
+            start.as<int32_t>(), no_lora.as<int32_t>(), num_active.as<int32_t>()};
+  }
+};
+inline void upload_vec(DeviceBuffer& b, const std::vector<int32_t>& v) {
+  b = DeviceBuffer(std::max<std::size_t>(v.size(), 1) * 4);
+  if (!v.empty()) b.upload(v.data(), v.size() * 4);
+}
+inline void upload_meta(DeviceMeta& d, const HostMeta& m) {
+  upload_vec(d.mapping, m.mapping.empty() ? std::vector<int32_t>{-1} : m.mapping);
+  upload_vec(d.sorted, m.sorted);
+  upload_vec(d.active, m.active);
+  upload_vec(d.counts, m.counts);
+  upload_vec(d.start, m.start);
+  upload_vec(d.no_lora, {m.no_lora});
+  upload_vec(d.num_active, {m.num_active});
+}
+
+// Mapping over slots whose rank > 0 plus -1, pseudo-random.
+inline std::vector<int32_t> make_mapping(int T, const std::vector<int>& ranks, uint64_t key, bool with_none = true) {
+  std::vector<int32_t> usable;
+  for (int l = 0; l < int(ranks.size()); ++l)
+    if (ranks[std::size_t(l)] > 0) usable.push_back(l);
+  std::vector<int32_t> map(static_cast<std::size_t>(T));
+  const uint64_t choices = usable.size() + (with_none ? 1 : 0);
+  for (int t = 0; t < T; ++t) {
+    const uint64_t c = hash_below(key, uint64_t(t), choices);
+    map[std::size_t(t)] = c < usable.size() ? usable[std::size_t(c)] : -1;
+  }
+  return map;
+}
+
+// Device copy with guard regions before and after (kGuard elements each, a canary pattern).
+constexpr std::size_t kGuard = 64;
+inline uint32_t canary(DType t) { return t == DType::f32 ? 0x7fc0beefu : 0x7e5au; }
+struct Guarded {
+  DeviceBuffer buf;
+  DType dtype;
+  std::size_t n;
+  Guarded(const HostTensor& h) : buf((h.n + 2 * kGuard) * dtype_size(h.dtype)), dtype(h.dtype), n(h.n) {
+    device_fill_pattern(buf.get(), h.n + 2 * kGuard, int(dtype_size(dtype)), canary(dtype), nullptr);
+    PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+    if (h.n) buf.upload(h.data(), h.bytes.size(), kGuard * dtype_size(dtype));
+  }
+  void* ptr() const { return static_cast<uint8_t*>(buf.get()) + kGuard * dtype_size(dtype); }
+  // Downloads the payload; returns false (and reports) if a guard changed.
+  HostTensor download(bool& guards_ok) const {
+    HostTensor all(dtype, n + 2 * kGuard);
+    buf.download(all.data(), all.bytes.size());
+    guards_ok = true;
+    for (std::size_t i = 0; i < kGuard; ++i)
+      if (all.bits(i) != canary(dtype) || all.bits(n + kGuard + i) != canary(dtype)) guards_ok = false;
+    HostTensor out(dtype, n);
+    std::memcpy(out.data(), all.bytes.data() + kGuard * dtype_size(dtype), out.bytes.size());
+    return out;
+  }
+};
+
+inline DeviceBuffer to_device(const HostTensor& h) {
+  DeviceBuffer b(std::max<std::size_t>(h.bytes.size(), 16));
+  if (h.n) b.upload(h.data(), h.bytes.size());
+  return b;
+}
+
+inline float rtol_for(DType t) { return t == DType::bf16 ? 1e-2f : t == DType::f16 ? 5e-3f : 1e-5f; }
+
+// Compares got with ref over the elements where check[i] (all when empty). Returns #wrong.
+inline std::size_t compare(const HostTensor& got, const HostTensor& ref, float rtol,
+                           const std::vector<uint8_t>& check, std::string& report) {
+  double ss = 0;
+  std::size_t cnt = 0;
+  for (std::size_t i = 0; i < ref.n; ++i)
+    if (check.empty() || check[i]) { const double r = ref.get(i); ss += r * r; ++cnt; }
+  const double rms = cnt ? std::sqrt(ss / double(cnt)) : 0.0;
+  const double atol = rtol * rms;
+  std::size_t wrong = 0;
+  double max_abs = 0;
+  for (std::size_t i = 0; i < ref.n; ++i) {
+    if (!check.empty() && !check[i]) continue;
+    const double g = got.get(i), r = ref.get(i);
+    const double d = std::fabs(g - r);
+    if (!(d <= atol + rtol * std::fabs(r))) {
+      if (wrong < 5) report += " [" + std::to_string(i) + "] got " + std::to_string(g) + " ref " + std::to_string(r) + ";";
+      ++wrong;
+    }
+    if (d > max_abs || std::isnan(d)) max_abs = d;
+  }
+  report += " max_abs=" + std::to_string(max_abs) + " rms=" + std::to_string(rms);
+  return wrong;
+}
+
+}  // namespace punica::kernels::testutil
