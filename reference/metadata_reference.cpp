@@ -101,7 +101,7 @@ void lora_meta(const kernels::LoraMetaArgs& a) {
 
   std::vector<int32_t> order(static_cast<std::size_t>(T));
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
+  std::stable_sort(order.begin(), order.end(),
                    [map](int32_t x, int32_t y) { return map[x] < map[y]; });
   if (a.sorted_token_ids) std::copy(order.begin(), order.end(), a.sorted_token_ids);
 

@@ -116,7 +116,8 @@ std::vector<Case> select_cases(const CommonOpts& o, std::vector<Scenario>& scena
 void add_common(CLI::App* sc, CommonOpts& o, bool running) {
   sc->add_option("scenarios", o.files, "Scenario JSON files (default: the built-in scenario)");
   sc->add_option("-f,--filter", o.filter, "Regular expression over case ids (ECMAScript, searched)");
-  sc->add_option("-a,--axis", o.axes, "Override a field for every case: axis=value (JSON value; lists cross)");
+  sc->add_option("-a,--axis", o.axes, "Override a field for every case: axis=value (JSON value; lists cross); repeatable")
+      ->allow_extra_args(false);
   sc->add_option("--seed", o.seed, "Override the input seed of every case");
   if (!running) return;
   sc->add_option("--backend", o.backend, "cpu | cuda | auto (GPU when present)")

@@ -87,19 +87,19 @@ std::string got(const json& v) {
   return std::string(", got ") + t + " " + show(v);
 }
 
+// Edit distance with adjacent transpositions ("rnak" -> "ranks" is 2), for "did you mean".
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> d(b.size() + 1);
-  std::iota(d.begin(), d.end(), size_t(0));
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t prev = d[0];
-    d[0] = i;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
-      size_t cur = d[j];
-      d[j] = std::min({d[j] + 1, d[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      prev = cur;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
-  }
-  return d[b.size()];
+  return d[a.size()][b.size()];
 }
 std::string unknown_key_msg(const std::string& key, const std::vector<std::string>& known) {
   std::string best;
@@ -138,7 +138,7 @@ int64_t want_int(const std::string& file, const std::string& path, const json& v
   if (!v.is_number_integer()) bad(file, path, expect() + got(v));
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
-    if (u > uint64_t(hi)) bad(file, path, expect() + got(v));
+    if (u > uint64_t(hi) || int64_t(u) < lo) bad(file, path, expect() + got(v));
     return int64_t(u);
   }
   int64_t x = v.get<int64_t>();

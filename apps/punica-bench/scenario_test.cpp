@@ -76,17 +76,19 @@ TEST(Scenario, ListsCrossInCanonicalOrder) {
   // slices/ranks given as plain lists are single values; ranks as a list of lists crosses.
   Scenario s = parse(doc(kBase, R"([{"name": "a", "op": "add_lora_linear", "tp": [1, 2],
       "dtype": ["fp16", "bf16", "fp32"], "ranks": [[8], [4, 16]]}])"));
+  // Canonical order: ranks (outermost), dtype, tp (fastest).
   ASSERT_EQ(s.cases.size(), 12u);
   EXPECT_EQ(s.cases[0].slices, (std::vector<int64_t>{32, 16, 16}));
-  EXPECT_EQ(s.cases[0].ranks, (std::vector<int>{8}));
-  EXPECT_EQ(s.cases[1].ranks, (std::vector<int>{8}));
-  EXPECT_EQ(s.cases[0].tp, 1);
-  EXPECT_EQ(s.cases[1].tp, 2);
-  EXPECT_EQ(s.cases[2].ranks, (std::vector<int>{4, 16}));
-  EXPECT_EQ(s.cases[2].max_rank, 16);
-  EXPECT_EQ(s.cases[0].dtype, kernels::DType::f16);
-  EXPECT_EQ(s.cases[4].dtype, kernels::DType::bf16);
-  EXPECT_EQ(s.cases[11].dtype, kernels::DType::f32);
+  for (int i = 0; i < 12; ++i) {
+    const std::vector<int> want = i < 6 ? std::vector<int>{8} : std::vector<int>{4, 16};
+    EXPECT_EQ(s.cases[size_t(i)].ranks, want) << i;
+    EXPECT_EQ(s.cases[size_t(i)].max_rank, i < 6 ? 8 : 16) << i;
+    const kernels::DType dt[3] = {kernels::DType::f16, kernels::DType::bf16, kernels::DType::f32};
+    EXPECT_EQ(s.cases[size_t(i)].dtype, dt[(i / 2) % 3]) << i;
+    EXPECT_EQ(s.cases[size_t(i)].tp, 1 + i % 2) << i;
+  }
+  EXPECT_EQ(s.cases[7].id, "a/add_lora_linear/hidden=64/slices=32x16x16/num_requests=8/max_loras=4/"
+                           "ranks=4x16/dtype=fp16/tp=2");
   // op lists cross too; several case entries add up.
   Scenario s2 = parse(doc(kBase, R"([{"name": "a", "op": ["lora_shrink", "lora_expand"], "num_requests": [0, 1, 16]},
                                     {"name": "b", "op": "lora_meta", "popularity": ["uniform", "sorted", {"kind": "zipf", "zipf_alpha": 2}]}])"));
@@ -146,7 +148,9 @@ TEST(Scenario, EveryShippedScenarioLoads) {
       EXPECT_EQ(c.params["tp"].get<int>(), c.tp);
       EXPECT_GE(c.max_rank, *std::max_element(c.ranks.begin(), c.ranks.end()));
       EXPECT_LE(c.num_adapters, c.max_loras);
-      if (c.op == "layer") EXPECT_EQ(c.params["layer"].get<std::string>(), c.layer);
+      if (c.op == "layer") {
+        EXPECT_EQ(c.params["layer"].get<std::string>(), c.layer);
+      }
     }
     counts[ent.path().filename().string()] = s.cases.size();
   }
@@ -335,7 +339,7 @@ TEST(Scenario, NullRemovesADefault) {
   // JSON null in a case is "not given": the field falls back to its rule (useful to unset a default).
   Case c = one(kBase, R"({"name": "a", "op": "lora_shrink", "slices": null, "num_slices": 2})");
   EXPECT_EQ(c.slices, (std::vector<int64_t>{64, 64}));
-  EXPECT_EQ(c.id.find("slices="), std::string::npos);
+  EXPECT_EQ(c.id.find("/slices="), std::string::npos);
 }
 
 TEST(Scenario, CrossingInvalidCombinationsAreSkips) {

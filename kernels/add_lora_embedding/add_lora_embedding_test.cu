@@ -125,3 +125,47 @@ TEST(AddLoraEmbedding, EdgeBatches) {
 
 }  // namespace
 }  // namespace punica::kernels::testing
+
+namespace punica::kernels::testing {
+namespace {
+
+TEST(AddLoraEmbedding, DISABLED_Timing) {
+  const int L = 8, vocab = 32000;
+  const int64_t D = 4096;
+  for (int r : {16, 64})
+    for (int64_t T : {1, 16, 256, 8192}) {
+      const std::vector<int32_t> m = random_mapping(5, T, {0, 1, 2, 3, 4, 5, 6, 7});
+      std::vector<int32_t> ids(T), ranks(L, r);
+      for (int64_t t = 0; t < T; ++t) ids[t] = int32_t(hash_below(9, t, vocab));
+      DeviceBuffer A(std::size_t(L) * vocab * r * 2), B(std::size_t(L) * D * r * 2),
+          y(std::size_t(T) * D * 2), dids(T * 4), dr(L * 4);
+      device_fill_pattern(A.get(), A.bytes() / 2, 2, 0x3c00, nullptr);
+      device_fill_pattern(B.get(), B.bytes() / 2, 2, 0x3c00, nullptr);
+      device_fill_pattern(y.get(), y.bytes() / 2, 2, 0x3c00, nullptr);
+      dids.upload(ids.data(), T * 4);
+      dr.upload(ranks.data(), L * 4);
+      DeviceMeta dm = gpu_meta(m, L);
+      AddLoraEmbeddingArgs a;
+      a.dtype = DType::bf16;
+      a.num_tokens = T;
+      a.token_ids = dids.as<int32_t>();
+      a.vocab_size = vocab;
+      a.embed_dim = D;
+      a.lora_a = A.get();
+      a.lora_b = B.get();
+      a.max_loras = L;
+      a.max_rank = r;
+      a.lora_ranks = dr.as<int32_t>();
+      a.meta = dm.view();
+      a.y = y.get();
+      a.y_row_stride = D;
+      const double us = time_us([&] { launch_add_lora_embedding(a, nullptr); });
+      const int active = int(std::min<int64_t>(T, L));
+      const double bytes = double(active) * D * r * 2 + double(T) * D * 4 + double(T) * r * 2;
+      std::printf("TIMING add_lora_embedding bf16 T=%lld D=%lld r=%d: %.2f us, %.0f GB/s\n",
+                  (long long)T, (long long)D, r, us, bytes / us / 1e3);
+    }
+}
+
+}  // namespace
+}  // namespace punica::kernels::testing

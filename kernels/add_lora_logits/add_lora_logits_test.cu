@@ -128,3 +128,45 @@ TEST(AddLoraLogits, EdgeBatches) {
 
 }  // namespace
 }  // namespace punica::kernels::testing
+
+namespace punica::kernels::testing {
+namespace {
+
+TEST(AddLoraLogits, DISABLED_Timing) {
+  const int L = 4, r = 16;
+  const int64_t H = 4096;
+  for (int64_t V : {32000, 258048})
+    for (int64_t R : {1, 8, 64}) {
+      const std::vector<int32_t> m = random_mapping(5, R, {0, 1, 2, 3});
+      std::vector<int32_t> ranks(L, r);
+      DeviceBuffer x(R * H * 2), A(std::size_t(L) * r * H * 2), B(std::size_t(L) * V * r * 2),
+          y(std::size_t(R) * V * 2), dr(L * 4), ws(add_lora_logits_workspace_bytes(R, r));
+      for (DeviceBuffer* b : {&x, &A, &B, &y}) device_fill_pattern(b->get(), b->bytes() / 2, 2, 0x3c00, nullptr);
+      dr.upload(ranks.data(), L * 4);
+      DeviceMeta dm = gpu_meta(m, L);
+      AddLoraLogitsArgs a;
+      a.dtype = DType::bf16;
+      a.num_rows = R;
+      a.hidden = H;
+      a.x = x.get();
+      a.x_row_stride = H;
+      a.lora_a = A.get();
+      a.lora_b = B.get();
+      a.vocab_size = V;
+      a.max_loras = L;
+      a.max_rank = r;
+      a.lora_ranks = dr.as<int32_t>();
+      a.meta = dm.view();
+      a.y = y.get();
+      a.y_row_stride = V;
+      a.workspace = ws.get();
+      const double us = time_us([&] { launch_add_lora_logits(a, nullptr); });
+      const int active = int(std::min<int64_t>(R, L));
+      const double bytes = double(active) * (double(V) * r * 2 + double(r) * H * 2) + double(R) * V * 4 + double(R) * H * 2;
+      std::printf("TIMING add_lora_logits bf16 R=%lld V=%lld r=%d: %.2f us, %.0f GB/s\n",
+                  (long long)R, (long long)V, r, us, bytes / us / 1e3);
+    }
+}
+
+}  // namespace
+}  // namespace punica::kernels::testing

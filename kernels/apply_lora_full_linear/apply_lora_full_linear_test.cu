@@ -99,3 +99,42 @@ TEST(ApplyLoraFullLinear, EdgeBatches) {
 
 }  // namespace
 }  // namespace punica::kernels::testing
+
+namespace punica::kernels::testing {
+namespace {
+
+TEST(ApplyLoraFullLinear, DISABLED_Timing) {
+  const int L = 4;
+  const int64_t In = 4096;
+  for (int64_t Out : {3, 1024})
+    for (int64_t R : {1, 64, 512}) {
+      const std::vector<int32_t> m = random_mapping(5, R, {0, 1, 2, 3});
+      std::vector<int32_t> en(L, 1);
+      DeviceBuffer x(R * In * 2), W(std::size_t(L) * Out * In * 2), b(L * Out * 2), y(R * Out * 2), de(L * 4);
+      for (DeviceBuffer* p : {&x, &W, &b, &y}) device_fill_pattern(p->get(), p->bytes() / 2, 2, 0x3c00, nullptr);
+      de.upload(en.data(), L * 4);
+      DeviceMeta dm = gpu_meta(m, L);
+      ApplyLoraFullLinearArgs a;
+      a.dtype = DType::bf16;
+      a.num_rows = R;
+      a.in_features = In;
+      a.out_features = Out;
+      a.x = x.get();
+      a.x_row_stride = In;
+      a.weight = W.get();
+      a.bias = b.get();
+      a.module_enabled = de.as<int32_t>();
+      a.max_loras = L;
+      a.meta = dm.view();
+      a.y = y.get();
+      a.y_row_stride = Out;
+      const double us = time_us([&] { launch_apply_lora_full_linear(a, nullptr); });
+      const int active = int(std::min<int64_t>(R, L));
+      const double bytes = double(active) * Out * In * 2 + double(R) * In * 2 + double(R) * Out * 2;
+      std::printf("TIMING apply_lora_full_linear bf16 R=%lld in=%lld out=%lld: %.2f us, %.0f GB/s\n",
+                  (long long)R, (long long)In, (long long)Out, us, bytes / us / 1e3);
+    }
+}
+
+}  // namespace
+}  // namespace punica::kernels::testing

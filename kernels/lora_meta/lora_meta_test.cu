@@ -170,3 +170,34 @@ TEST(LoraMeta, GraphCapture) {
 
 }  // namespace
 }  // namespace punica::kernels::testing
+
+namespace punica::kernels::testing {
+namespace {
+
+TEST(LoraMeta, DISABLED_Timing) {
+  for (int64_t T : {1, 64, 2048, 8192, 70000})
+    for (int L : {16, 128}) {
+      const std::vector<int32_t> m = random_mapping(7, T, slots_range(-1, L));
+      DeviceBuffer in(T * 4), mo(T * 4), so(T * 4), ac((L + 1) * 4), co((L + 1) * 4),
+          st((L + 2) * 4), fl(8), ws(lora_meta_workspace_bytes(T, L));
+      in.upload(m.data(), T * 4);
+      LoraMetaArgs a;
+      a.num_tokens = T;
+      a.max_loras = L;
+      a.token_lora_mapping_in = in.as<int32_t>();
+      a.token_lora_mapping = mo.as<int32_t>();
+      a.sorted_token_ids = so.as<int32_t>();
+      a.active_lora_ids = ac.as<int32_t>();
+      a.num_tokens_per_lora = co.as<int32_t>();
+      a.lora_token_start_loc = st.as<int32_t>();
+      a.no_lora_flag = fl.as<int32_t>();
+      a.num_active = fl.as<int32_t>() + 1;
+      a.workspace = ws.get();
+      a.workspace_bytes = ws.bytes();
+      const double us = time_us([&] { launch_lora_meta(a, nullptr); });
+      std::printf("TIMING lora_meta T=%lld L=%d: %.2f us\n", (long long)T, L, us);
+    }
+}
+
+}  // namespace
+}  // namespace punica::kernels::testing

@@ -229,4 +229,23 @@ CompareResult compare(const HostTensor& y, const HostTensor& r, const HostTensor
   return c;
 }
 
+// Median-free quick timing (mean over `iters` after 3 warm-ups) of f() on the legacy stream, in
+// microseconds; for the DISABLED_Timing tests only (the real timing lives in punica-bench).
+template <class F>
+double time_us(F&& f, int iters = 50) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t e0, e1;
+  PUNICA_CUDA_CHECK(cudaEventCreate(&e0));
+  PUNICA_CUDA_CHECK(cudaEventCreate(&e1));
+  PUNICA_CUDA_CHECK(cudaEventRecord(e0, nullptr));
+  for (int i = 0; i < iters; ++i) f();
+  PUNICA_CUDA_CHECK(cudaEventRecord(e1, nullptr));
+  PUNICA_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 1000.0 * ms / iters;
+}
+
 }  // namespace punica::kernels::testing

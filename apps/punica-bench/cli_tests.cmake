@@ -1,0 +1,99 @@
+# CLI-level tests of punica-bench: exit codes, bad input, MPI runs with 2 and 4 ranks, faults.
+set(PB $<TARGET_FILE:punica-bench>)
+set(EXPECT ${CMAKE_SOURCE_DIR}/scripts/expect_exit.sh)
+set(TD ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
+set(SC ${CMAKE_SOURCE_DIR}/scenarios)
+set(TMPD ${CMAKE_BINARY_DIR}/cli_test_tmp)
+file(MAKE_DIRECTORY ${TMPD})
+find_program(MPIEXEC_BIN NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})
+# Root (CI) needs --allow-run-as-root; --oversubscribe runs more ranks than the 2 cores.
+set(MPIRUN ${MPIEXEC_BIN} --allow-run-as-root --oversubscribe --bind-to none)
+
+function(pb_test name)
+  add_test(NAME ${name} COMMAND ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS cli TIMEOUT 600)
+endfunction()
+
+pb_test(cli_help ${EXPECT} 0 "Subcommands" -- ${PB} --help)
+pb_test(cli_run_help ${EXPECT} 0 "--sample-rows" -- ${PB} run --help)
+pb_test(cli_no_subcommand ${EXPECT} 2 - -- ${PB})
+pb_test(cli_bad_flag ${EXPECT} 2 - -- ${PB} run --no-such-flag)
+pb_test(cli_info ${EXPECT} 0 "ops:" -- ${PB} info)
+pb_test(cli_run_default ${EXPECT} 0 "# cases [0-9]+: pass [0-9]+, fail 0, skip 0, error 0" -- ${PB} run --backend cpu)
+pb_test(cli_list_default ${EXPECT} 0 "lora_shrink" -- ${PB} list)
+file(GLOB PB_SCENARIOS ${SC}/*.json)
+pb_test(cli_validate_all ${EXPECT} 0 "ok" -- ${PB} validate ${PB_SCENARIOS})
+pb_test(cli_check_smoke_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/smoke.json)
+pb_test(cli_check_ci_kernel_grid_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/ci_kernel_grid.json)
+pb_test(cli_check_nan_padding_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --nan-padding ${TD}/good_tiny.json)
+pb_test(cli_check_exact_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --exact ${TD}/good_tiny.json)
+pb_test(cli_check_sample_rows_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --sample-rows 2 ${TD}/good_tiny.json)
+pb_test(cli_axis_override ${EXPECT} 0 "dtype=fp16" -- ${PB} list -a dtype=fp16 ${TD}/good_tiny.json)
+pb_test(cli_print_repro ${EXPECT} 0 "repro: punica-bench check" -- ${PB} check --backend cpu --print-repro ${TD}/good_tiny.json)
+pb_test(cli_dump_all ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --dump ${TMPD}/dump --dump-all -f linear ${TD}/good_tiny.json)
+# GPU: the CUDA backend on the smoke scenario (skipped without a GPU).
+add_test(NAME gpu_check_smoke_cuda COMMAND ${PB} check --backend cuda -q ${SC}/smoke.json)
+set_tests_properties(gpu_check_smoke_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 4 TIMEOUT 600)
+
+# Result files: write (atomically), refuse to overwrite, export, compare.
+add_test(NAME cli_results_roundtrip COMMAND bash -c "
+  set -e; rm -f ${TMPD}/a.json ${TMPD}/g.json
+  ${PB} run --backend cpu -q --iters 3 -o ${TMPD}/a.json ${TD}/good_tiny.json > /dev/null
+  ${EXPECT} 2 'already exists' -- ${PB} run --backend cpu -q -o ${TMPD}/a.json ${TD}/good_tiny.json
+  ${PB} export ${TMPD}/a.json --format gbench -o ${TMPD}/g.json
+  grep -q '\"benchmarks\"' ${TMPD}/g.json
+  ${PB} export ${TMPD}/a.json --format csv | grep -q '^id,op,status'
+  ${PB} export ${TMPD}/a.json --format md | grep -q '^| id'
+  ${PB} compare ${TMPD}/a.json ${TMPD}/a.json --threshold 1000 | grep -q 'regressions 0'
+  ${EXPECT} 2 'schema' -- ${PB} compare ${TMPD}/g.json ${TMPD}/a.json
+")
+set_tests_properties(cli_results_roundtrip PROPERTIES LABELS cli TIMEOUT 300)
+
+# Bad input: exit 2, a message naming the file, the JSON path / field and what was expected.
+foreach(pair
+    "not_json::not_json.json: .*(JSON|parse)"
+    "binary::binary.json: "
+    "empty::empty.json: "
+    "truncated::truncated.json: "
+    "top_level_array::top_level_array.json: .*object"
+    "schema_version::schema_version.json: .*schema"
+    "unknown_key::unknown_key.json: .*rnak"
+    "wrong_type::wrong_type.json: .*max_rank"
+    "negative_size::negative_size.json: .*num_requests"
+    "zero_hidden::zero_hidden.json: .*hidden"
+    "zero_rank::zero_rank.json: .*rank"
+    "rank_gt_max::rank_gt_max.json: .*(max_rank|rank)"
+    "adapters_gt_slots::adapters_gt_slots.json: .*(num_adapters|max_loras)"
+    "unknown_op::unknown_op.json: .*op"
+    "unknown_model::unknown_model.json: .*model"
+    "unknown_dtype::unknown_dtype.json: .*dtype")
+  string(REPLACE "::" ";" parts "${pair}")
+  list(GET parts 0 nm)
+  list(GET parts 1 rx)
+  pb_test(bad_input_${nm} ${EXPECT} 2 "${rx}" -- ${PB} check --backend cpu -o ${TMPD}/never_${nm}.json ${TD}/bad/${nm}.json)
+  pb_test(bad_input_validate_${nm} ${EXPECT} 2 "${rx}" -- ${PB} validate ${TD}/bad/${nm}.json)
+endforeach()
+pb_test(bad_input_missing_file ${EXPECT} 2 "no_such_file.json" -- ${PB} check --backend cpu ${TD}/no_such_file.json)
+pb_test(bad_input_filter_matches_nothing ${EXPECT} 2 "matches no case" -- ${PB} check --backend cpu -f zzz_nothing ${TD}/good_tiny.json)
+pb_test(bad_input_bad_regex ${EXPECT} 2 "regular expression" -- ${PB} list -f "(" ${TD}/good_tiny.json)
+pb_test(bad_input_axis_unknown ${EXPECT} 2 "rnak" -- ${PB} list -a rnak=3 ${TD}/good_tiny.json)
+pb_test(bad_input_backend ${EXPECT} 2 - -- ${PB} check --backend tpu ${TD}/good_tiny.json)
+pb_test(bad_input_output_exists ${EXPECT} 2 "already exists" -- ${PB} check --backend cpu -o ${CMAKE_SOURCE_DIR}/README.md ${TD}/good_tiny.json)
+pb_test(bad_input_no_result_written ${EXPECT} 0 - -- bash -c "! ls ${TMPD}/never_*.json 2>/dev/null")
+set_tests_properties(bad_input_no_result_written PROPERTIES DEPENDS "bad_input_not_json;bad_input_unknown_key;bad_input_truncated")
+
+# MPI: the CPU backend under mpirun with 2 and 4 ranks; only rank 0 prints and writes.
+if(MPIEXEC_BIN)
+  foreach(np 2 4)
+    pb_test(mpi_check_smoke_np${np} ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
+            ${MPIRUN} -np ${np} ${PB} check --backend cpu -q ${SC}/smoke.json)
+    pb_test(mpi_run_default_np${np} ${EXPECT} 0 "ranks ${np}" -- ${MPIRUN} -np ${np} ${PB} run --backend cpu -q --iters 3)
+  endforeach()
+  # A rank that throws takes every rank down with its message (exit 6), never a hang.
+  pb_test(mpi_fault_throw_np2 ${EXPECT} 6 "rank 1/2.*injected fault" --
+          ${MPIRUN} -np 2 ${PB} check --backend cpu --inject-fault 1:throw ${TD}/good_tiny.json)
+  # A rank that hangs: --timeout aborts every rank with exit 5 (test timeout 20 s).
+  pb_test(mpi_fault_hang_np2 ${EXPECT} 5 "timeout" --
+          ${MPIRUN} -np 2 ${PB} check --backend cpu --timeout 2 --inject-fault 0:hang ${TD}/good_tiny.json)
+  set_tests_properties(mpi_fault_hang_np2 mpi_fault_throw_np2 PROPERTIES TIMEOUT 20)
+endif()

@@ -1,0 +1,279 @@
+// GPU test of add_lora_linear (vLLM add_lora_linear) against the Eigen reference with the rounded
+// intermediate, both paths (decode partials + PDL expand, prefill shrink -> expand), and a disabled
+// LoraPerf suite that times shrink / expand / add_lora_linear cold and back to back (CUDA graph)
+// against the byte floor (run with --gtest_also_run_disabled_tests --gtest_filter='*Perf*').
+#include <gtest/gtest.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include "kernels/add_lora_linear/add_lora_linear.h"
+#include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_shrink/lora_test_util.h"
+#include "reference/lora_reference.h"
+
+namespace punica::kernels {
+namespace {
+using namespace testutil;
+
+struct LinearCase {
+  DType dtype = DType::bf16;
+  int T = 7;
+  int64_t K = 4096;
+  std::vector<int64_t> widths = {1024};
+  std::vector<int> ranks = {16, 8, 0, 16};
+  bool add = true;
+  bool nan_pad = false;
+  float scale = 0.5f;
+  uint64_t seed = 5;
+};
+
+void run_case(const LinearCase& c) {
+  SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
+               " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add));
+  const int L = int(c.ranks.size());
+  const int S = int(c.widths.size());
+  const int R = *std::max_element(c.ranks.begin(), c.ranks.end());
+  const int64_t total = std::accumulate(c.widths.begin(), c.widths.end(), int64_t(0));
+  const int64_t ldy = total + 16;
+  const uint64_t key = hash_key(c.seed, hash_string("linear"), 0);
+  std::vector<int32_t> map = make_mapping(c.T, c.ranks, key + 2);
+  HostTensor x = random_tensor(c.dtype, std::size_t(c.T) * c.K, key + 1);
+  std::vector<HostTensor> A, B;
+  for (int s = 0; s < S; ++s) {
+    A.push_back(random_tensor(c.dtype, std::size_t(L) * R * c.K, key + 10 + s, 0.25f));
+    B.push_back(random_tensor(c.dtype, std::size_t(L) * c.widths[s] * R, key + 20 + s, 0.25f));
+    if (c.nan_pad)
+      for (int l = 0; l < L; ++l) {
+        for (int j = c.ranks[l]; j < R; ++j)
+          for (int64_t k = 0; k < c.K; ++k) A[s].set((std::size_t(l) * R + j) * c.K + k, NAN);
+        for (int64_t n = 0; n < c.widths[s]; ++n)
+          for (int k = c.ranks[l]; k < R; ++k) B[s].set((std::size_t(l) * c.widths[s] + n) * R + k, NAN);
+      }
+  }
+  const HostMeta hm = build_meta(map, L);
+  DeviceMeta dm;
+  upload_meta(dm, hm);
+  std::vector<int32_t> ranks32(c.ranks.begin(), c.ranks.end());
+  DeviceBuffer dranks(ranks32.size() * 4);
+  dranks.upload(ranks32.data(), ranks32.size() * 4);
+  DeviceBuffer dx = to_device(x);
+  std::vector<DeviceBuffer> dA, dB;
+  for (auto& a : A) dA.push_back(to_device(a));
+  for (auto& b : B) dB.push_back(to_device(b));
+  HostTensor y0 = random_tensor(c.dtype, std::size_t(c.T) * ldy, key + 5);
+  Guarded gy(y0);
+  DeviceBuffer ws(std::max<std::size_t>(add_lora_linear_workspace_bytes(c.T, S, R), 16));
+  PUNICA_CUDA_CHECK(cudaMemset(ws.get(), 0xff, ws.bytes()));  // NaN garbage: must not leak
+
+  AddLoraLinearArgs a;
+  a.dtype = c.dtype;
+  a.num_tokens = c.T;
+  a.hidden = c.K;
+  a.x = dx.get();
+  a.x_row_stride = c.K;
+  a.num_slices = S;
+  for (int s = 0; s < S; ++s) {
+    a.lora_a[s] = dA[s].get();
+    a.lora_b[s] = dB[s].get();
+    a.slice_width[s] = c.widths[s];
+  }
+  a.max_loras = L;
+  a.max_rank = R;
+  a.lora_ranks = dranks.as<int32_t>();
+  a.meta = dm.view();
+  a.scale = c.scale;
+  a.y = gy.ptr();
+  a.y_row_stride = ldy;
+  a.add_inputs = c.add;
+  a.workspace = ws.get();
+  launch_add_lora_linear(a, nullptr);
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  bool guards = false;
+  HostTensor got = gy.download(guards);
+  EXPECT_TRUE(guards) << "guard region overwritten";
+
+  HostTensor ref = y0;
+  AddLoraLinearArgs h = a;
+  h.x = x.data();
+  for (int s = 0; s < S; ++s) { h.lora_a[s] = A[s].data(); h.lora_b[s] = B[s].data(); }
+  h.lora_ranks = ranks32.data();
+  h.meta = LoraMetaView{hm.mapping.data(), hm.sorted.data(), hm.active.data(), hm.counts.data(),
+                        hm.start.data(), &hm.no_lora, &hm.num_active};
+  h.y = ref.data();
+  h.workspace = nullptr;
+  ref::RefOptions o;
+  o.round_intermediate = true;
+  ref::add_lora_linear(h, o);
+
+  std::vector<uint8_t> check(y0.n, 0);
+  std::size_t untouched_wrong = 0;
+  for (int t = 0; t < c.T; ++t)
+    for (int64_t col = 0; col < ldy; ++col) {
+      const std::size_t i = std::size_t(t) * ldy + col;
+      if (map[t] >= 0 && col < total) check[i] = 1;
+      else if (got.bits(i) != y0.bits(i)) ++untouched_wrong;
+    }
+  EXPECT_EQ(untouched_wrong, 0u) << "-1 rows / columns outside the slices changed";
+  std::string rep;
+  EXPECT_EQ(compare(got, ref, rtol_for(c.dtype), check, rep), 0u) << rep;
+}
+
+TEST(AddLoraLinear, Bf16Decode) {
+  for (int T : {0, 1, 7}) run_case({DType::bf16, T, 4096, {1024}, {16, 8, 0, 16}});
+}
+TEST(AddLoraLinear, Bf16Prefill) { run_case({DType::bf16, 300, 4096, {1024}, {16, 8, 0, 16}}); }
+TEST(AddLoraLinear, QkvMixedRanks) {
+  for (int T : {7, 300})
+    for (bool add : {true, false}) run_case({DType::bf16, T, 4096, {1024, 256, 256}, {64, 33, 0, 1, 64}, add});
+}
+TEST(AddLoraLinear, Fp16Hidden2049) {
+  for (int T : {1, 7, 300}) run_case({DType::f16, T, 2049, {1024, 256, 256}, {32, 12, 0, 32}});
+}
+TEST(AddLoraLinear, Fp32) {
+  for (int T : {1, 7, 300}) run_case({DType::f32, T, 2049, {512, 256}, {16, 3, 0, 16}});
+}
+TEST(AddLoraLinear, Rank1And512) {
+  run_case({DType::bf16, 300, 4096, {1024}, {1, 1, 0}});
+  run_case({DType::bf16, 7, 2049, {1024}, {512, 77, 512}});
+  run_case({DType::bf16, 200, 1024, {256}, {512, 300, 0}});
+}
+TEST(AddLoraLinear, NanPadding) {
+  for (int T : {7, 300}) {
+    LinearCase c{DType::bf16, T, 4096, {1024, 256, 256}, {64, 5, 0, 40}};
+    c.nan_pad = true;
+    run_case(c);
+  }
+}
+
+// ------------------------------------------------------------------------------------ timing
+struct PerfShape { int T; int64_t H; int r; int adapters; std::vector<int64_t> widths; };
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
+  ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
+};
+
+template <class F>
+double cold_us(F&& f, DeviceBuffer& flush, int iters = 15) {
+  Timer tm;
+  std::vector<float> v;
+  for (int i = 0; i < iters + 2; ++i) {
+    PUNICA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xff, flush.bytes(), nullptr));
+    cudaEventRecord(tm.a, nullptr);
+    f(cudaStream_t(nullptr));
+    cudaEventRecord(tm.b, nullptr);
+    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, tm.a, tm.b);
+    if (i >= 2) v.push_back(ms * 1000.f);
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double graph_us(F&& f, int calls = 20) {
+  cudaStream_t st;
+  PUNICA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  PUNICA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) f(st);
+  PUNICA_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  cudaGraphExec_t ge;
+  PUNICA_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  Timer tm;
+  std::vector<float> v;
+  for (int i = 0; i < 7; ++i) {
+    cudaEventRecord(tm.a, st);
+    PUNICA_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    cudaEventRecord(tm.b, st);
+    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, tm.a, tm.b);
+    if (i >= 2) v.push_back(ms * 1000.f / calls);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void perf_shape(const PerfShape& p) {
+  const double bw = 4.3e12;
+  const int L = std::max(p.adapters, 1);
+  const int S = int(p.widths.size());
+  const int64_t total = std::accumulate(p.widths.begin(), p.widths.end(), int64_t(0));
+  const int R = p.r;
+  std::vector<int32_t> map(static_cast<std::size_t>(p.T));
+  for (int t = 0; t < p.T; ++t) map[std::size_t(t)] = int32_t(hash_below(77, uint64_t(t), uint64_t(L)));
+  const HostMeta hm = build_meta(map, L);
+  const int active = hm.num_active;
+  DeviceMeta dm;
+  upload_meta(dm, hm);
+  std::vector<int32_t> ranks(std::size_t(L), R);
+  DeviceBuffer dranks(ranks.size() * 4);
+  dranks.upload(ranks.data(), ranks.size() * 4);
+  DeviceBuffer x = to_device(random_tensor(DType::bf16, std::size_t(p.T) * p.H, 1));
+  std::vector<DeviceBuffer> A, B;
+  for (int s = 0; s < S; ++s) {
+    A.push_back(to_device(random_tensor(DType::bf16, std::size_t(L) * R * p.H, 2 + s, 0.1f)));
+    B.push_back(to_device(random_tensor(DType::bf16, std::size_t(L) * p.widths[s] * R, 20 + s, 0.1f)));
+  }
+  DeviceBuffer y = to_device(random_tensor(DType::bf16, std::size_t(p.T) * total, 3));
+  DeviceBuffer mid(std::size_t(S) * p.T * R * 4);
+  DeviceBuffer ws(add_lora_linear_workspace_bytes(p.T, S, R));
+  DeviceBuffer flush(std::size_t(256) << 20);
+
+  LoraShrinkArgs sa;
+  sa.dtype = DType::bf16; sa.num_tokens = p.T; sa.hidden = p.H; sa.x = x.get(); sa.x_row_stride = p.H;
+  sa.num_slices = S; sa.max_loras = L; sa.max_rank = R; sa.lora_ranks = dranks.as<int32_t>();
+  sa.meta = dm.view(); sa.y = mid.get();
+  LoraExpandArgs ea;
+  ea.dtype = DType::bf16; ea.in_dtype = DType::f32; ea.num_tokens = p.T; ea.x = mid.get(); ea.num_slices = S;
+  ea.max_loras = L; ea.max_rank = R; ea.lora_ranks = dranks.as<int32_t>(); ea.meta = dm.view();
+  ea.y = y.get(); ea.y_row_stride = total;
+  AddLoraLinearArgs la;
+  la.dtype = DType::bf16; la.num_tokens = p.T; la.hidden = p.H; la.x = x.get(); la.x_row_stride = p.H;
+  la.num_slices = S; la.max_loras = L; la.max_rank = R; la.lora_ranks = dranks.as<int32_t>();
+  la.meta = dm.view(); la.y = y.get(); la.y_row_stride = total; la.workspace = ws.get();
+  for (int s = 0; s < S; ++s) {
+    sa.lora_a[s] = A[s].get(); la.lora_a[s] = A[s].get();
+    ea.lora_b[s] = B[s].get(); la.lora_b[s] = B[s].get();
+    ea.slice_width[s] = p.widths[s]; la.slice_width[s] = p.widths[s];
+  }
+  const double fs = (double(active) * S * R * p.H * 2 + double(p.T) * p.H * 2 + double(S) * p.T * R * 4) / bw * 1e6;
+  const double fe = (double(active) * R * total * 2 + double(S) * p.T * R * 4 + 2.0 * p.T * total * 2) / bw * 1e6;
+  const double fl = (double(active) * S * R * p.H * 2 + double(p.T) * p.H * 2 + double(active) * R * total * 2 +
+                     2.0 * p.T * total * 2) / bw * 1e6;
+  auto sh = [&](cudaStream_t st) { launch_lora_shrink(sa, st); };
+  auto ex = [&](cudaStream_t st) { launch_lora_expand(ea, st); };
+  auto both = [&](cudaStream_t st) { launch_lora_shrink(sa, st); launch_lora_expand(ea, st); };
+  auto lin = [&](cudaStream_t st) { launch_add_lora_linear(la, st); };
+  for (int i = 0; i < 3; ++i) { sh(nullptr); ex(nullptr); lin(nullptr); }
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  struct Row { const char* name; double floor, cold, graph; };
+  Row rows[] = {{"shrink", fs, cold_us(sh, flush), graph_us(sh)},
+                {"expand", fe, cold_us(ex, flush), graph_us(ex)},
+                {"shrink+expand", fl, cold_us(both, flush), graph_us(both)},
+                {"add_lora_linear", fl, cold_us(lin, flush), graph_us(lin)}};
+  for (const Row& r : rows)
+    std::printf("PERF T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (target %.2f)\n",
+                p.T, (long long)p.H, R, L, active, S, (long long)total, r.name, r.floor, r.cold,
+                100.0 * r.floor / r.cold, r.graph, 2.5 + r.floor / 0.8);
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+TEST(LoraPerf, DISABLED_Bf16) {
+  for (int T : {1, 64, 8192}) perf_shape({T, 4096, 16, 8, {4096}});
+  for (int T : {1, 64, 8192}) perf_shape({T, 4096, 16, 8, {4096, 1024, 1024}});
+  perf_shape({8192, 4096, 64, 32, {4096, 1024, 1024}});
+  perf_shape({64, 4096, 64, 32, {4096, 1024, 1024}});
+  perf_shape({8192, 4096, 64, 1, {4096}});
+}
+
+}  // namespace
+}  // namespace punica::kernels
