@@ -75,3 +75,23 @@ void launch_noop_kernel(cudaStream_t stream) {
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 }  // namespace punica::kernels
+
+namespace punica::kernels {
+namespace {
+__global__ void rank_blocks_to_last_dim_kernel(const float* in, float* out, int64_t rows, int64_t cols, int tp) {
+  const int64_t n = rows * cols * tp;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t i = o / (cols * tp), rc = o % (cols * tp), r = rc / cols, c = rc % cols;
+    out[o] = in[(r * rows + i) * cols + c];
+  }
+}
+}  // namespace
+void launch_rank_blocks_to_last_dim(const float* in, float* out, int64_t rows, int64_t cols, int tp,
+                                    cudaStream_t stream) {
+  int64_t n = rows * cols * tp;
+  if (n == 0) return;
+  unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 2048));
+  rank_blocks_to_last_dim_kernel<<<blocks, 256, 0, stream>>>(in, out, rows, cols, tp);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+}  // namespace punica::kernels

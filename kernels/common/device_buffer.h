@@ -42,3 +42,10 @@ namespace punica::kernels {
 // An empty kernel, to measure the per-node cost of a CUDA graph (run.ceilings.graph_node_us).
 void launch_noop_kernel(cudaStream_t stream);
 }  // namespace punica::kernels
+
+namespace punica::kernels {
+// NCCL all-gather leaves [tp][rows][cols]; vLLM's all_gather concatenates along the last dim:
+// out[i][r*cols + c] = in[r][i][c].
+void launch_rank_blocks_to_last_dim(const float* in, float* out, int64_t rows, int64_t cols, int tp,
+                                    cudaStream_t stream);
+}  // namespace punica::kernels

@@ -75,6 +75,10 @@ class Backend {
   // fp32 all-gather along the leading dim: out = [tp][count] in rank order.
   virtual void all_gather_f32(const float* in, float* out, std::size_t count, int tp) = 0;
   virtual void all_reduce_sum_f32(float* inout, std::size_t count, int tp) = 0;
+  // vLLM tensor_model_parallel_all_gather of fp32 [rows, cols] per rank: out = [rows, tp*cols],
+  // rank rho's block at columns [rho*cols, (rho+1)*cols). `tmp` holds tp*rows*cols floats.
+  virtual void all_gather_last_dim_f32(const float* in, float* out, float* tmp, int64_t rows, int64_t cols,
+                                       int tp) = 0;
   // Element-wise sum over the group for dtype data (fp32 accumulate for 16-bit).
   virtual void all_reduce_sum(void* inout, kernels::DType dt, std::size_t count, int tp) = 0;
 

@@ -73,6 +73,13 @@ class CpuBackend final : public Backend {
     if (tp == 1) { std::memcpy(out, in, count * 4); return; }
     need_dist(tp).group_all_gather_f32(in, out, count, tp);
   }
+  void all_gather_last_dim_f32(const float* in, float* out, float* tmp, int64_t rows, int64_t cols,
+                               int tp) override {
+    all_gather_f32(in, tmp, std::size_t(rows * cols), tp);
+    for (int r = 0; r < tp; ++r)
+      for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(out + i * tp * cols + r * cols, tmp + (r * rows + i) * cols, std::size_t(cols) * 4);
+  }
   void all_reduce_sum_f32(float* inout, std::size_t count, int tp) override {
     if (tp == 1) return;
     need_dist(tp).group_all_reduce_sum_f32(inout, count, tp);

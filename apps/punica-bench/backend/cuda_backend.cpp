@@ -163,6 +163,12 @@ class CudaBackend final : public Backend {
     if (tp == 1) { copy(out, in, count * 4); return; }
     PUNICA_NCCL_CHECK(ncclAllGather(in, out, count, ncclFloat32, comm(tp), stream_));
   }
+  void all_gather_last_dim_f32(const float* in, float* out, float* tmp, int64_t rows, int64_t cols,
+                               int tp) override {
+    if (tp == 1) { copy(out, in, std::size_t(rows * cols) * 4); return; }
+    PUNICA_NCCL_CHECK(ncclAllGather(in, tmp, std::size_t(rows * cols), ncclFloat32, comm(tp), stream_));
+    kernels::launch_rank_blocks_to_last_dim(tmp, out, rows, cols, tp, stream_);
+  }
   void all_reduce_sum_f32(float* inout, std::size_t count, int tp) override {
     if (tp == 1) return;
     PUNICA_NCCL_CHECK(ncclAllReduce(inout, inout, count, ncclFloat32, ncclSum, comm(tp), stream_));
