@@ -63,6 +63,24 @@ class Problem {
   virtual Baseline baseline() const { return {}; }
   virtual double rtol() const;
   virtual std::string describe() const { return ""; }  // shapes, for -vv
+
+  // Layer cases: parts of the forward timed like run() over the same rotated copies, reported as
+  // timing.<name>_us ("base" = base GEMM alone, "lora" = the LoRA part with its collectives, and
+  // one part per collective named in comms()).
+  struct Part {
+    std::string name;
+    std::function<void(Backend&, const std::vector<void*>&)> body;
+  };
+  virtual std::vector<Part> parts() { return {}; }
+  // Collectives of one forward (per rank): op (all_gather | all_reduce), bytes of the gathered /
+  // reduced buffer, the group size, and the part that times it alone.
+  struct Comm {
+    std::string op;
+    double bytes = 0;
+    int tp = 1;
+    std::string part;
+  };
+  virtual std::vector<Comm> comms() const { return {}; }
   kernels::DType dtype = kernels::DType::bf16;
 };
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <numeric>
 #include <thread>
@@ -254,6 +255,20 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
     rec["skip_reason"] = "op '" + c.op + "' is not implemented in this build";
     return out;
   }
+  const int world = dist_ ? dist_->size() : 1;
+  if (c.tp > world) {
+    out.status = "skip";
+    rec["status"] = "skip";
+    rec["skip_reason"] = "tp=" + std::to_string(c.tp) + " needs " + std::to_string(c.tp) + " ranks (" +
+                         (be_.name() == "cuda" ? "GPUs" : "processes") + "), " + std::to_string(world) + " launched";
+    return out;
+  }
+  if (world % c.tp != 0) {
+    out.status = "skip";
+    rec["status"] = "skip";
+    rec["skip_reason"] = "tp=" + std::to_string(c.tp) + " does not divide the " + std::to_string(world) + " launched ranks";
+    return out;
+  }
   ProblemOptions po;
   po.nan_padding = opt_.nan_padding;
   po.exact = opt_.exact;
@@ -411,6 +426,36 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
                        {"cublas_grouped_us", grouped >= 0 ? nlohmann::json(grouped) : nlohmann::json(nullptr)}};
     if (ok && s.median > 0) m["speedup_vs_cublas"] = dense / s.median;
     if (grouped >= 0 && s.median > 0) m["speedup_vs_cublas_grouped"] = grouped / s.median;
+  }
+  // Layer cases: time the parts (base GEMM alone, LoRA part, each collective) the same way.
+  auto parts = P.parts();
+  std::map<std::string, double> part_us;
+  for (auto& part : parts) {
+    auto pt = be_.time_iterations(warmup, iters, [&](int i) { part.body(be_, sets[std::size_t(i) % copies].ptrs); });
+    if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(pt);
+    part_us[part.name] = stats(pt).median;
+    rec["timing"][part.name + "_us"] = part_us[part.name];
+  }
+  if (c.op == "layer") {
+    rec["timing"]["layer_us"] = s.median;
+    if (part_us.count("base")) {
+      double base = part_us["base"];
+      m["lora_overhead_pct"] = base > 0 ? 100.0 * (s.median - base) / base : 0.0;
+    }
+    if (part_us.count("lora") && part_us["lora"] > 0) {
+      m["lora_floor_fraction"] = floor_us / part_us["lora"];
+      m["floor_fraction"] = floor_us / part_us["lora"];
+    }
+    nlohmann::json comm = nlohmann::json::array();
+    for (auto& cm : P.comms()) {
+      double t = part_us.count(cm.part) ? part_us[cm.part] : -1;
+      double algbw = t > 0 ? cm.bytes / (t * 1e3) : 0;
+      double factor = cm.op == "all_reduce" ? 2.0 * (cm.tp - 1) / cm.tp : double(cm.tp - 1) / cm.tp;
+      comm.push_back({{"op", cm.op}, {"bytes", cm.bytes}, {"tp", cm.tp},
+                      {"time_us", t > 0 ? nlohmann::json(t) : nlohmann::json(nullptr)},
+                      {"algbw_gb_per_s", algbw}, {"busbw_gb_per_s", algbw * factor}});
+    }
+    rec["comm"] = comm;
   }
   rec["metrics"] = m;
   return out;

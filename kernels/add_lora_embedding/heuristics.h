@@ -1,6 +1,6 @@
 // Launch heuristics of the sorted wide-N expand (add_lora_embedding, add_lora_logits), kept apart
 // from the kernel: rows per tile TM (how many rows share one read of a B row) and the columns
-// per block, shrunk until the grid covers every SM about twice.
+// per block, then the rows per tile, shrunk until the grid covers every SM about twice.
 #pragma once
 #include <cstdint>
 #include <cuda_runtime_api.h>
@@ -29,7 +29,12 @@ struct SortedExpandConfig {
 inline SortedExpandConfig pick_sorted_expand_config(int64_t rows, int64_t cols, int sms) {
   SortedExpandConfig c{rows <= 4 ? 4 : rows <= 8 ? 8 : 16, 256};
   auto blocks = [&](int th) { return ((rows + c.tm - 1) / c.tm) * ((cols + th - 1) / th); };
-  while (c.threads > 64 && blocks(c.threads) < 2 * int64_t(sms)) c.threads /= 2;
+  // Fewer columns per block first, then fewer rows per tile (more blocks, fewer slot runs each).
+  while (blocks(c.threads) < 2 * int64_t(sms)) {
+    if (c.threads > 64) c.threads /= 2;
+    else if (c.tm > 4) c.tm /= 2;
+    else break;
+  }
   return c;
 }
 

@@ -96,30 +96,50 @@ __global__ void __launch_bounds__(256) sorted_expand_kernel(Params p, const T* _
     const int r = s_rank[i0];
     const T* b = lora_b + (int64_t(slot) * p.n_cols + n) * R;
 
-    float acc[TM];
+    // The y rows of the run are read first (all loads before any store: no load-after-store
+    // serialisation through possible aliasing), overlapping the B loads below.
+    float acc[TM], base[TM];
 #pragma unroll
-    for (int t = 0; t < TM; ++t) acc[t] = 0.0f;
+    for (int t = 0; t < TM; ++t) {
+      acc[t] = 0.0f;
+      base[t] = 0.0f;
+      if (p.add_inputs && t >= i0 && t < i1) base[t] = elem::to_f(y[int64_t(s_row[t]) * p.y_stride + n]);
+    }
     int k = 0;
     if constexpr (VEC) {
-      constexpr int E = elem::kVecElems<T>;
-      for (; k + E <= r; k += E) {
-        float w[E];
-        elem::load_vec(b + k, w);
+      // G independent 16-byte loads in flight per group (rank 64 bf16 / 32 fp32 in one group).
+      constexpr int E = elem::kVecElems<T>, G = 8;
+      const int kv = (r / E) * E;
+      for (int k0 = 0; k0 < kv; k0 += G * E) {
+        uint4 raw[G];
 #pragma unroll
-        for (int t = 0; t < TM; ++t) {
-          if (t >= i0 && t < i1) {
-            const float4* in = reinterpret_cast<const float4*>(s_in + t * RP + k);
+        for (int g = 0; g < G; ++g)
+          raw[g] = k0 + g * E < kv ? __ldg(reinterpret_cast<const uint4*>(b + k0 + g * E))
+                                   : make_uint4(0, 0, 0, 0);
 #pragma unroll
-            for (int e = 0; e < E; e += 4) {
-              const float4 a = in[e / 4];
-              acc[t] = fmaf(a.x, w[e], acc[t]);
-              acc[t] = fmaf(a.y, w[e + 1], acc[t]);
-              acc[t] = fmaf(a.z, w[e + 2], acc[t]);
-              acc[t] = fmaf(a.w, w[e + 3], acc[t]);
+        for (int g = 0; g < G; ++g) {
+          const int kk = k0 + g * E;
+          if (kk >= kv) break;
+          float w[E];
+          if constexpr (sizeof(T) == 4) elem::unpack(raw[g], w);
+          else elem::unpack<T>(raw[g], w);
+#pragma unroll
+          for (int t = 0; t < TM; ++t) {
+            if (t >= i0 && t < i1) {
+              const float4* in = reinterpret_cast<const float4*>(s_in + t * RP + kk);
+#pragma unroll
+              for (int e = 0; e < E; e += 4) {
+                const float4 a = in[e / 4];
+                acc[t] = fmaf(a.x, w[e], acc[t]);
+                acc[t] = fmaf(a.y, w[e + 1], acc[t]);
+                acc[t] = fmaf(a.z, w[e + 2], acc[t]);
+                acc[t] = fmaf(a.w, w[e + 3], acc[t]);
+              }
             }
           }
         }
       }
+      k = kv;
     }
     for (; k < r; ++k) {
       const float w = elem::load_ro(b + k);
@@ -130,9 +150,8 @@ __global__ void __launch_bounds__(256) sorted_expand_kernel(Params p, const T* _
 #pragma unroll
     for (int t = 0; t < TM; ++t) {
       if (t >= i0 && t < i1) {
-        T* dst = y + int64_t(s_row[t]) * p.y_stride + n;
         const float delta = elem::round_w<T>(acc[t]);
-        *dst = elem::from_f<T>(p.add_inputs ? elem::to_f(*dst) + delta : delta);
+        y[int64_t(s_row[t]) * p.y_stride + n] = elem::from_f<T>(p.add_inputs ? base[t] + delta : delta);
       }
     }
     i0 = i1;

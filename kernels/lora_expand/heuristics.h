@@ -9,7 +9,7 @@ namespace punica::kernels::expand_heur {
 
 constexpr int kGemvThreads = 256;
 constexpr int kGemvCols = 128;     // output columns per block
-constexpr int kGemvTokens = 4;     // tokens sharing one load of B
+constexpr int kGemvTokens = 8;     // tokens sharing one load of B
 constexpr int kMmaBM = 64, kMmaBN = 128, kMmaBK = 64, kMmaThreads = 128;
 constexpr int64_t kDecodeMaxTokens = 128;
 

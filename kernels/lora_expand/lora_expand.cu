@@ -28,6 +28,7 @@ struct ExpandParams {
   void* y;
   int64_t ldy;
   int add;
+  int pair_ok;  // y row stride, slice columns and base even: 4-byte pair accesses
   int nsplit;
 };
 
@@ -85,8 +86,10 @@ __global__ void __launch_bounds__(H::kGemvThreads) expand_gemv_kernel(ExpandPara
     pdl_wait();
   }
 
+  __shared__ int stok[TB];
   for (int g = 0; g < ntok; g += TB) {
     __syncthreads();
+    if (threadIdx.x < TB) stok[threadIdx.x] = g + threadIdx.x < ntok ? p.meta.sorted_token_ids[start + g + threadIdx.x] : -1;
     for (int idx = threadIdx.x; idx < TB * R8; idx += blockDim.x) {
       const int tt = idx / R8, k = idx % R8;
       float v = 0.f;
@@ -126,9 +129,14 @@ __global__ void __launch_bounds__(H::kGemvThreads) expand_gemv_kernel(ExpandPara
 #pragma unroll
         for (int tt = 0; tt < TB; ++tt) acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
       if (valid && lig == 0) {
+        // All old values first (independent loads in flight), then the stores.
+        float old[TB];
 #pragma unroll
         for (int tt = 0; tt < TB; ++tt)
-          if (g + tt < ntok) write_y<T>(p, Y + int64_t(p.meta.sorted_token_ids[start + g + tt]) * p.ldy + c, acc[tt]);
+          old[tt] = (p.add && stok[tt] >= 0) ? to_f<T>(Y[int64_t(stok[tt]) * p.ldy + c]) : 0.f;
+#pragma unroll
+        for (int tt = 0; tt < TB; ++tt)
+          if (stok[tt] >= 0) Y[int64_t(stok[tt]) * p.ldy + c] = from_f<T>(old[tt] + round_to<T>(acc[tt]));
       }
     }
   }
@@ -179,6 +187,23 @@ __global__ void __launch_bounds__(H::kMmaThreads) expand_mma_kernel(ExpandParams
   const int64_t nvalid = Ns - n0 < BN ? Ns - n0 : int64_t(BN);
   if (tid < BM) stok[tid] = tid < rows ? p.meta.sorted_token_ids[start + tid] : -1;
   __syncthreads();
+  const int g = lane >> 2, q = lane & 3;
+  T* Y = static_cast<T*>(p.y) + p.col[s] + n0;
+  // The y values this thread updates, loaded before the products so their latency overlaps.
+  uint32_t yv[2][2][8];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = stok[wm * 32 + mi * 16 + g + 8 * h];
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) {
+        const int col = wn * 64 + ni * 8 + 2 * q;
+        yv[mi][h][ni] = 0u;
+        if (p.add && p.pair_ok && t >= 0 && col + 1 < nvalid)
+          yv[mi][h][ni] = *reinterpret_cast<const uint32_t*>(Y + int64_t(t) * p.ldy + col);
+      }
+    }
 
   float acc[2][8][4];
 #pragma unroll
@@ -244,8 +269,6 @@ __global__ void __launch_bounds__(H::kMmaThreads) expand_mma_kernel(ExpandParams
     }
   }
 
-  const int g = lane >> 2, q = lane & 3;
-  T* Y = static_cast<T*>(p.y) + p.col[s] + n0;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -261,8 +284,8 @@ __global__ void __launch_bounds__(H::kMmaThreads) expand_mma_kernel(ExpandParams
         const float v0 = round_to<T>(acc[mi][ni][2 * h]);
         const float v1 = round_to<T>(acc[mi][ni][2 * h + 1]);
         T* yp = yrow + col;
-        if (col + 1 < nvalid && (reinterpret_cast<uintptr_t>(yp) & 3u) == 0) {
-          float2 o = p.add ? Pair<T>::load(yp) : make_float2(0.f, 0.f);
+        if (p.pair_ok && col + 1 < nvalid) {
+          const float2 o = Pair<T>::load(&yv[mi][h][ni]);
           Pair<T>::store(yp, o.x + v0, o.y + v1);
         } else {
           yp[0] = from_f<T>(p.add ? to_f<T>(yp[0]) + v0 : v0);
@@ -303,6 +326,9 @@ ExpandParams make_params(const LoraExpandArgs& a, int64_t& maxN) {
   p.y = a.y;
   p.ldy = a.y_row_stride ? a.y_row_stride : c;
   p.add = a.add_inputs ? 1 : 0;
+  p.pair_ok = (p.ldy % 2 == 0) && (reinterpret_cast<uintptr_t>(a.y) % 4 == 0);
+  for (int s = 0; s < a.num_slices; ++s)
+    if (p.col[s] % 2 != 0) p.pair_ok = 0;
   p.nsplit = 0;
   return p;
 }

@@ -11,7 +11,7 @@ namespace punica::kernels::shrink_heur {
 constexpr int kGemvThreads = 256;   // 8 warps; a warp owns one rank row at a time
 constexpr int kGemvChunk = 256;     // k elements per warp step: 32 lanes x 8 (one 16-byte load)
 constexpr int kGemvRowBlock = 64;   // rank rows per block (grid splits larger ranks)
-constexpr int kGemvTokens = 4;      // tokens sharing one load of A
+constexpr int kGemvTokens = 8;      // tokens sharing one load of A
 constexpr int kMaxSplits = 32;      // split-K partials (also bounds add_lora_linear's workspace)
 constexpr int kMmaBM = 64;          // tokens per mma tile
 constexpr int kMmaBK = 64;          // k per pipeline stage
@@ -44,7 +44,8 @@ inline MmaConfig mma_config(int64_t T, int64_t K, int S, int max_rank, int num_s
   c.nrc = (max_rank + c.bn - 1) / c.bn;
   const int64_t ktiles = (K + kMmaBK - 1) / kMmaBK;
   const int64_t blocks = ((T + kMmaBM - 1) / kMmaBM) * S * c.nrc;
-  int64_t want = (2 * int64_t(num_sms) + blocks - 1) / std::max<int64_t>(blocks, 1);
+  // Several waves of blocks for balance; at least 8 k-tiles per block to amortise the pipeline.
+  int64_t want = (4 * int64_t(num_sms) + blocks - 1) / std::max<int64_t>(blocks, 1);
   want = std::min<int64_t>(want, std::max<int64_t>(1, ktiles / 8));
   c.ksplit = int(std::max<int64_t>(1, std::min<int64_t>(want, 16)));
   c.ktiles_per_split = int((ktiles + c.ksplit - 1) / c.ksplit);

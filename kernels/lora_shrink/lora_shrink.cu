@@ -213,36 +213,43 @@ __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams
     }
   };
 
-  float acc[BN / 8][4];
+  static_assert(BM / 16 == 4 && BK / 16 == 4, "one k16 step per warp per stage");
+  float acc[BM / 16][BN / 8][4];
 #pragma unroll
-  for (int i = 0; i < BN / 8; ++i)
+  for (int m = 0; m < BM / 16; ++m)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[i][c] = 0.f;
+    for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[m][i][c] = 0.f;
 
 #pragma unroll
   for (int st = 0; st < ST - 1; ++st) {
     if (st < nkt) load_stage(st, kt0 + st);
     cp_async_commit();
   }
-  const bool warp_live = warp * 16 < rows;
+  // Each warp owns the whole 64 x BN tile for k16 step `warp` of every stage (intra-block split-K):
+  // B fragments are reused over 4 m-tiles, a quarter of the shared-memory reads per mma.
   for (int it = 0; it < nkt; ++it) {
     cp_async_wait<ST - 2>();
     __syncthreads();
     const int stage = it % ST;
-    if (warp_live) {
-      const uint4* tx = sx + stage * BM * 8;
-      const uint4* ta = sa + stage * BN * 8;
+    const uint4* tx = sx + stage * BM * 8;
+    const uint4* ta = sa + stage * BN * 8;
+    uint32_t bf[BN / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
+    for (int pn = 0; pn < BN / 16; ++pn) {
+      const int mi = lane >> 3;
+      ldmatrix_x4(bf[pn], smem_u32(ta + swz(pn * 16 + (mi >> 1) * 8 + (lane & 7), warp * 2 + (mi & 1))));
+    }
+#pragma unroll
+    for (int mt = 0; mt < BM / 16; ++mt) {
+      if (mt * 16 < rows) {
         uint32_t af[4];
-        ldmatrix_x4(af, smem_u32(tx + swz(warp * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+        ldmatrix_x4(af, smem_u32(tx + swz(mt * 16 + (lane & 15), warp * 2 + (lane >> 4))));
 #pragma unroll
         for (int pn = 0; pn < BN / 16; ++pn) {
-          const int mi = lane >> 3;
-          uint32_t bf[4];
-          ldmatrix_x4(bf, smem_u32(ta + swz(pn * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1))));
-          MmaOp<T>::run(acc[2 * pn], af, bf[0], bf[1]);
-          MmaOp<T>::run(acc[2 * pn + 1], af, bf[2], bf[3]);
+          MmaOp<T>::run(acc[mt][2 * pn], af, bf[pn][0], bf[pn][1]);
+          MmaOp<T>::run(acc[mt][2 * pn + 1], af, bf[pn][2], bf[pn][3]);
         }
       }
     }
@@ -250,28 +257,36 @@ __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams
     cp_async_commit();
   }
   cp_async_wait<0>();
+  __syncthreads();
 
-  if (!warp_live) return;
-  const int g = lane >> 2, q = lane & 3;
-  float* Y = static_cast<float*>(p.y);
+  // Sum the 4 warps' tiles through shared memory (reusing the pipeline buffers), then write rows.
+  float* red = reinterpret_cast<float*>(smem_raw);  // [4][BM][BN+1]
+  constexpr int LDR = BN + 1;
+  {
+    const int g = lane >> 2, q = lane & 3;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = warp * 16 + g + 8 * h;
-    if (row >= rows) continue;
-    const int t = p.meta.sorted_token_ids[start + row];
-    float* yrow = Y + (int64_t(s) * p.T + t) * p.R + n0;
+    for (int mt = 0; mt < BM / 16; ++mt)
 #pragma unroll
-    for (int ni = 0; ni < BN / 8; ++ni) {
+      for (int ni = 0; ni < BN / 8; ++ni)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int j = ni * 8 + 2 * q + c;
-        if (j < nrows_a) {
-          const float v = acc[ni][2 * h + c] * p.scale;
-          if (p.ktiles_per_split < ktiles) atomicAdd(yrow + j, v);
-          else yrow[j] = v;
+        for (int c = 0; c < 4; ++c) {
+          const int row = mt * 16 + g + 8 * (c >> 1), col = ni * 8 + 2 * q + (c & 1);
+          red[(warp * BM + row) * LDR + col] = acc[mt][ni][c];
         }
-      }
-    }
+  }
+  __syncthreads();
+  float* Y = static_cast<float*>(p.y);
+  const bool split = p.ktiles_per_split < ktiles;
+  for (int idx = tid; idx < BM * BN; idx += H::kMmaThreads) {
+    const int row = idx / BN, j = idx % BN;
+    if (row >= rows || j >= nrows_a) continue;
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) v += red[(w * BM + row) * LDR + j];
+    v *= p.scale;
+    float* yp = Y + (int64_t(s) * p.T + p.meta.sorted_token_ids[start + row]) * p.R + n0 + j;
+    if (split) atomicAdd(yp, v);
+    else *yp = v;
   }
 }
 
@@ -351,7 +366,9 @@ int num_sms_cached() {
 
 template <class T, int BN, bool VEC>
 void launch_mma_bn(const ShrinkParams& p, const H::MmaConfig& c, cudaStream_t st) {
-  constexpr int smem = H::kMmaStages * (H::kMmaBM + BN) * H::kMmaBK * 2;
+  constexpr int smem_pipe = H::kMmaStages * (H::kMmaBM + BN) * H::kMmaBK * 2;
+  constexpr int smem_red = 4 * H::kMmaBM * (BN + 1) * 4;
+  constexpr int smem = smem_pipe > smem_red ? smem_pipe : smem_red;
   static bool attr = [] {
     PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_mma_kernel<T, BN, VEC>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
