@@ -48,7 +48,7 @@ __host__ __device__ constexpr int staged_stride(int max_rank) { return (max_rank
 
 // Dynamic shared memory: TM * staged_stride(max_rank) floats.
 template <class T, int TM, bool VEC, class Src>
-__global__ void __launch_bounds__(256) sorted_expand_kernel(Params p, const T* __restrict__ lora_b,
+__global__ void __launch_bounds__(256, 2) sorted_expand_kernel(Params p, const T* __restrict__ lora_b,
                                                             Src src) {
   __shared__ int s_row[TM];
   __shared__ int s_slot[TM];
@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(256) sorted_expand_kernel(Params p, const T* _
     }
     int k = 0;
     if constexpr (VEC) {
-      // G independent 16-byte loads in flight per group (rank 64 bf16 / 32 fp32 in one group).
-      constexpr int E = elem::kVecElems<T>, G = 8;
+      // G independent 16-byte loads in flight per group (rank 64 fp16/bf16, 16 fp32 per group).
+      constexpr int E = elem::kVecElems<T>, G = sizeof(T) == 4 ? 4 : 8;
       const int kv = (r / E) * E;
       for (int k0 = 0; k0 < kv; k0 += G * E) {
         uint4 raw[G];

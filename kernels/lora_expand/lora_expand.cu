@@ -231,20 +231,21 @@ __global__ void __launch_bounds__(H::kMmaThreads) expand_mma_kernel(ExpandParams
       }
     }
     cp_async_commit();
-    // x tile: row = tid / 2, four chunks each, rounded to T.
+    // x tile, rounded to T: 4 consecutive ranks per thread, 16 threads per row (coalesced).
     {
-      const int row = tid >> 1;
-      const int t = stok[row];
+      uint2* sx2 = reinterpret_cast<uint2*>(sx);
 #pragma unroll
-      for (int c4 = 0; c4 < 4; ++c4) {
-        const int ch = (tid & 1) * 4 + c4;
-        __align__(16) T v[8];
+      for (int i = 0; i < BM * 16 / H::kMmaThreads; ++i) {
+        const int idx = tid + i * H::kMmaThreads;
+        const int row = idx >> 4, quad = idx & 15;
+        const int t = stok[row];
+        __align__(8) T v[4];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int k = k0 + ch * 8 + e;
+        for (int e = 0; e < 4; ++e) {
+          const int k = k0 + quad * 4 + e;
           v[e] = from_f<T>((t >= 0 && k < r) ? load_x<T, TI, false>(p, s, t, k) : 0.f);
         }
-        sx[swz(row, ch)] = *reinterpret_cast<const uint4*>(v);
+        sx2[swz(row, quad >> 1) * 2 + (quad & 1)] = *reinterpret_cast<const uint2*>(v);
       }
     }
     cp_async_wait<0>();

@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(H::kGemvThreads) shrink_gemv_kernel(ShrinkPara
       for (int u = 0; u < 2; ++u)
 #pragma unroll
         for (int tt = 0; tt < TB; ++tt) {
+          if (tok[tt] < 0) continue;  // warp-uniform: no reduction for absent tokens
           const float v = warp_sum(acc[u][tt]);
           if (lane == u * TB + tt) { mine = v; mytok = tok[tt]; }
         }

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Plots from punica-bench result JSON (punica-bench.result/1).
+
+  scripts/plot_results.py RESULT.json [RESULT2.json ...] -o OUTDIR
+
+Writes, per op: time_vs_tokens_<op>.png (median cold time vs tokens, p10-p90 band, the floor
+drawn dashed, one colour per shape) and floor_fraction.png (fraction of the floor per case,
+grouped by op, the 0.8 target line). Needs matplotlib (Debian python3-matplotlib).
+"""
+import argparse
+import collections
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def shape_key(case):
+    """The case id without its num_requests/num_tokens axes: one line per shape."""
+    parts = [p for p in case["id"].split("/")
+             if not p.startswith(("num_requests=", "num_tokens=", "tokens_per_request="))]
+    return "/".join(parts[2:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("-o", "--outdir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.outdir, exist_ok=True)
+    cases, title = [], ""
+    for path in args.results:
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("schema") != "punica-bench.result/1":
+            sys.exit(f"{path}: not a punica-bench.result/1 document")
+        dev = doc["devices"][0].get("name", "?") if doc.get("devices") else "?"
+        title = f"{dev}, git {doc['tool'].get('git_sha', '?')}"
+        cases += [c for c in doc["cases"] if c.get("status") == "pass" and c.get("timing", {}).get("time_us")]
+    by_op = collections.defaultdict(lambda: collections.defaultdict(list))
+    for c in cases:
+        by_op[c["op"]][shape_key(c)].append(c)
+    for op, shapes in by_op.items():
+        fig, ax = plt.subplots(figsize=(11, 6.5))
+        for i, (shape, cs) in enumerate(sorted(shapes.items())):
+            cs.sort(key=lambda c: c["params"]["num_tokens"])
+            t = [c["params"]["num_tokens"] for c in cs]
+            med = [c["timing"]["time_us"]["median"] for c in cs]
+            lo = [c["timing"]["time_us"]["p10"] for c in cs]
+            hi = [c["timing"]["time_us"]["p90"] for c in cs]
+            fl = [c["work"]["floor_us"] for c in cs]
+            col = f"C{i % 10}"
+            ax.plot(t, med, "o-", color=col, label=shape, lw=1.2, ms=3)
+            ax.fill_between(t, lo, hi, color=col, alpha=0.15)
+            ax.plot(t, fl, "--", color=col, lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("cold time per call (µs); dashed = floor (bytes / copy bandwidth)")
+        ax.set_title(f"{op} — {title}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left")
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.outdir, f"time_vs_tokens_{op}.png"), dpi=110)
+        plt.close(fig)
+    fig, ax = plt.subplots(figsize=(12, 5))
+    xs, ys, cols, labels = [], [], [], []
+    for j, (op, shapes) in enumerate(sorted(by_op.items())):
+        for shape, cs in sorted(shapes.items()):
+            for c in cs:
+                ff = (c.get("metrics") or {}).get("floor_fraction")
+                if ff is None:
+                    continue
+                xs.append(len(xs))
+                ys.append(ff)
+                big = c["work"]["floor_us"] >= 10
+                cols.append(f"C{j % 10}")
+                labels.append(op if not labels or labels[-1] != op else "")
+    ax.bar(xs, ys, color=cols)
+    ax.axhline(0.8, color="k", ls="--", lw=0.8, label="target 0.8 (cases with floor ≥ 10 µs)")
+    ax.set_ylabel("floor / median cold time")
+    ax.set_xlabel("case (grouped by op, tokens increasing within a shape)")
+    for j, op in enumerate(sorted(by_op)):
+        ax.bar([], [], color=f"C{j % 10}", label=op)
+    ax.legend(fontsize=7)
+    ax.set_title(f"fraction of the bandwidth floor — {title}")
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.outdir, "floor_fraction.png"), dpi=110)
+    print(f"wrote plots for {len(cases)} cases into {args.outdir}")
+
+
+if __name__ == "__main__":
+    main()
