@@ -52,6 +52,9 @@ class Problem {
   virtual ~Problem() = default;
   std::vector<HostTensor> tensors;
   int mapping_tensor = -1;   // index of the per-row slot mapping (for --sample-rows), -1 = none
+  // --sample-rows: rows the reference must compute (1 = sampled; empty = all). Filled by the runner
+  // before reference(); layers use it because a row of slot -1 still has its base output.
+  std::vector<uint8_t> row_sample;
 
   // Untimed preparation on the backend (e.g. the sorted-by-adapter metadata).
   virtual void prepare(Backend& be, const std::vector<void*>& p) {}

@@ -317,6 +317,7 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
       }
       auto* m = reinterpret_cast<int32_t*>(expected[std::size_t(P.mapping_tensor)].data());
       for (int64_t r = 0; r < rows; ++r) if (!sampled[std::size_t(r)]) m[r] = -1;
+      P.row_sample = sampled;
     }
   }
   const bool naive = be_.name() == "cpu";

@@ -68,6 +68,14 @@ class Backend {
   virtual void add_lora_logits(const kernels::AddLoraLogitsArgs& a) = 0;
   virtual void apply_lora_full_linear(const kernels::ApplyLoraFullLinearArgs& a) = 0;
   virtual void base_linear(const LinearArgs& a) = 0;
+  // TP layers (apps/punica-bench/layers): the base layer's bias, y[i, c] = round(y[i, c] + bias[c])
+  // (base_linear on CUDA takes no bias), and VocabParallelEmbedding's masked lookup of the rank's
+  // vocabulary rows [vocab_begin, vocab_end): y[t] = table[ids[t] - vocab_begin] or 0 outside.
+  virtual void add_bias(void* y, const void* bias, kernels::DType dt, int64_t rows, int64_t cols,
+                        int64_t ldy) = 0;
+  virtual void embedding_lookup(void* y, const void* table, const int32_t* ids, kernels::DType dt,
+                                int64_t num_tokens, int64_t dim, int64_t vocab_begin, int64_t vocab_end,
+                                int64_t ldy) = 0;
   // Workspace sizes of the ops (the CPU backend needs none).
   virtual std::size_t meta_workspace_bytes(int64_t max_tokens, int max_loras) const = 0;
 

@@ -67,6 +67,25 @@ class CpuBackend final : public Backend {
         kernels::store_elem(a.y, a.dtype, idx, v);
       }
   }
+  void add_bias(void* y, const void* bias, DType dt, int64_t rows, int64_t cols, int64_t ldy) override {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        std::size_t idx = std::size_t(r * ldy + c);
+        kernels::store_elem(y, dt, idx, kernels::load_elem(y, dt, idx) + kernels::load_elem(bias, dt, std::size_t(c)));
+      }
+  }
+  void embedding_lookup(void* y, const void* table, const int32_t* ids, DType dt, int64_t T, int64_t dim,
+                        int64_t begin, int64_t end, int64_t ldy) override {
+    const std::size_t es = kernels::dtype_size(dt);
+    for (int64_t t = 0; t < T; ++t) {
+      char* dst = static_cast<char*>(y) + std::size_t(t * ldy) * es;
+      const int64_t id = ids[t];
+      if (id >= begin && id < end)
+        std::memcpy(dst, static_cast<const char*>(table) + std::size_t((id - begin) * dim) * es, std::size_t(dim) * es);
+      else
+        std::memset(dst, 0, std::size_t(dim) * es);
+    }
+  }
   std::size_t meta_workspace_bytes(int64_t, int) const override { return 0; }
 
   void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {

@@ -12,6 +12,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/common/error.h"
+#include "kernels/common/layer_util.h"
 
 #define PUNICA_CUBLAS_CHECK(expr)                                                              \
   do {                                                                                         \
@@ -154,6 +155,13 @@ class CudaBackend final : public Backend {
                                      a.w, cuda_type(a.dtype), int(a.k), a.x, cuda_type(a.dtype), int(a.k),
                                      &beta, a.y, cuda_type(a.dtype), int(a.ldy), CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT));
+  }
+  void add_bias(void* y, const void* bias, DType dt, int64_t rows, int64_t cols, int64_t ldy) override {
+    kernels::launch_add_bias(y, bias, dt, rows, cols, ldy, stream_);
+  }
+  void embedding_lookup(void* y, const void* table, const int32_t* ids, DType dt, int64_t T, int64_t dim,
+                        int64_t begin, int64_t end, int64_t ldy) override {
+    kernels::launch_embedding_lookup(y, table, ids, dt, T, dim, begin, end, ldy, stream_);
   }
   std::size_t meta_workspace_bytes(int64_t t, int l) const override {
     return kernels::lora_meta_workspace_bytes(t, l);
