@@ -1,0 +1,146 @@
+// Unit tests of the result side: compare_tensor (tolerance, NaN, untouched elements, row filter),
+// exporters, compare of two result documents, atomic writes and the .npy writer.
+#include <gtest/gtest.h>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include "apps/punica-bench/npy.h"
+#include "apps/punica-bench/report.h"
+#include "apps/punica-bench/runner.h"
+#include "kernels/common/error.h"
+
+using namespace punica;
+using namespace punica::bench;
+
+namespace {
+HostTensor f32_tensor(std::vector<float> v, bool keep_first = false) {
+  HostTensor t;
+  t.name = "y";
+  t.dtype = kernels::DType::f32;
+  t.shape = {int64_t(v.size())};
+  t.role = Role::output;
+  t.data.resize(v.size() * 4);
+  std::memcpy(t.data.data(), v.data(), v.size() * 4);
+  t.rows = int64_t(v.size());
+  t.inner = 1;
+  t.must_keep.assign(v.size(), 0);
+  if (keep_first) t.must_keep[0] = 1;
+  return t;
+}
+auto all_rows = [](int64_t) { return true; };
+
+nlohmann::json doc_with(double median, const std::string& status = "pass") {
+  return {{"schema", "punica-bench.result/1"},
+          {"tool", {{"version", "0.1.0"}, {"git_sha", "abc"}}},
+          {"run", {{"started_at", "2026-11-30T00:00:00Z"}}},
+          {"devices", {{{"name", "NVIDIA H200"}}}},
+          {"cases", {{{"id", "n/lora_shrink/x=1"}, {"op", "lora_shrink"}, {"status", status},
+                      {"params", {{"num_tokens", 16}, {"dtype", "bf16"}}},
+                      {"check", {{"nwrong", status == "pass" ? 0 : 3}}},
+                      {"timing", {{"iters", 10}, {"time_us", {{"median", median}, {"p10", median}, {"p90", median}}}}},
+                      {"metrics", {{"gb_per_s", 100.0}, {"tokens_per_s", 1e6}, {"floor_fraction", 0.5}}}}}},
+          {"summary", {{"cases", 1}}}};
+}
+}  // namespace
+
+TEST(CompareTensor, WithinTolerancePasses) {
+  auto t = f32_tensor({1, 2, 3, 4});
+  std::vector<float> a = {1.00001f, 2, 3, 4}, e = {1, 2, 3, 4};
+  auto r = compare_tensor(t, a.data(), e.data(), 1e-4, all_rows);
+  EXPECT_EQ(r.nwrong, 0u);
+  EXPECT_EQ(r.nelems, 4u);
+}
+TEST(CompareTensor, OutsideToleranceAndNaNFail) {
+  auto t = f32_tensor({1, 2, 3, 4});
+  std::vector<float> a = {1.5f, 2, std::nanf(""), 4}, e = {1, 2, 3, 4};
+  auto r = compare_tensor(t, a.data(), e.data(), 1e-2, all_rows);
+  EXPECT_EQ(r.nwrong, 2u);
+  EXPECT_FALSE(r.first_mismatches.empty());
+}
+TEST(CompareTensor, UntouchedMustBeBitEqualToInitial) {
+  auto t = f32_tensor({7, 2}, /*keep_first=*/true);
+  std::vector<float> e = {7, 2};
+  std::vector<float> a = {7.0000005f, 2};  // within any tolerance, but not bit-equal
+  auto r = compare_tensor(t, a.data(), e.data(), 1e-2, all_rows);
+  EXPECT_EQ(r.nwrong, 1u);
+  EXPECT_FALSE(r.untouched_ok);
+}
+TEST(CompareTensor, RowFilterSkipsRows) {
+  auto t = f32_tensor({1, 2, 3, 4});
+  std::vector<float> a = {9, 2, 3, 4}, e = {1, 2, 3, 4};
+  auto r = compare_tensor(t, a.data(), e.data(), 1e-2, [](int64_t row) { return row != 0; });
+  EXPECT_EQ(r.nwrong, 0u);
+  EXPECT_EQ(r.nelems, 3u);
+}
+TEST(CompareTensor, IntTensorsExact) {
+  HostTensor t;
+  t.name = "ids";
+  t.is_int = true;
+  t.shape = {3};
+  t.role = Role::output;
+  std::vector<int32_t> a = {1, 2, 3}, e = {1, 2, 4};
+  EXPECT_EQ(compare_tensor(t, a.data(), e.data(), 0, all_rows).nwrong, 1u);
+}
+
+TEST(Exporters, GbenchHasTheFieldsDashboardsRead) {
+  auto j = nlohmann::json::parse(export_gbench(doc_with(12.5)));
+  ASSERT_EQ(j["benchmarks"].size(), 1u);
+  auto& b = j["benchmarks"][0];
+  EXPECT_EQ(b["name"], "n/lora_shrink/x=1");
+  EXPECT_EQ(b["time_unit"], "us");
+  EXPECT_DOUBLE_EQ(b["real_time"].get<double>(), 12.5);
+  EXPECT_EQ(b["run_type"], "iteration");
+  EXPECT_TRUE(j.contains("context"));
+  auto f = nlohmann::json::parse(export_gbench(doc_with(12.5, "fail")));
+  EXPECT_TRUE(f["benchmarks"][0]["error_occurred"].get<bool>());
+}
+TEST(Exporters, CsvAndMarkdown) {
+  std::string csv = export_csv(doc_with(3));
+  EXPECT_EQ(csv.rfind("id,op,status,", 0), 0u);
+  EXPECT_NE(csv.find("n/lora_shrink/x=1,lora_shrink,pass"), std::string::npos);
+  std::string md = export_md(doc_with(3));
+  EXPECT_NE(md.find("| `n/lora_shrink/x=1` | pass |"), std::string::npos);
+}
+TEST(Compare, DetectsSlowdownAndBrokenCases) {
+  EXPECT_EQ(compare_results(doc_with(10), doc_with(10.2), 5).regressions, 0);
+  EXPECT_EQ(compare_results(doc_with(10), doc_with(12), 5).regressions, 1);
+  EXPECT_EQ(compare_results(doc_with(10), doc_with(8), 5).improvements, 1);
+  EXPECT_EQ(compare_results(doc_with(10), doc_with(10, "fail"), 5).regressions, 1);
+}
+TEST(ResultFile, AtomicWriteRefusesExistingAndLoadValidates) {
+  namespace fs = std::filesystem;
+  std::string p = (fs::temp_directory_path() / ("pb_report_test_" + std::to_string(::getpid()) + ".json")).string();
+  fs::remove(p);
+  write_json_atomic(p, doc_with(1), false);
+  EXPECT_THROW(write_json_atomic(p, doc_with(1), false), Error);
+  write_json_atomic(p, doc_with(2), true);
+  EXPECT_DOUBLE_EQ(load_result(p)["cases"][0]["timing"]["time_us"]["median"].get<double>(), 2.0);
+  { std::ofstream(p) << "{\"schema\": \"other\"}"; }
+  try {
+    load_result(p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("/schema"), std::string::npos);
+  }
+  fs::remove(p);
+}
+TEST(Npy, HeaderIsNumpyFormat1) {
+  namespace fs = std::filesystem;
+  std::string p = (fs::temp_directory_path() / ("pb_npy_" + std::to_string(::getpid()) + ".npy")).string();
+  std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  write_npy(p, "<f4", {2, 3}, v.data(), v.size() * 4);
+  std::ifstream f(p, std::ios::binary);
+  std::string s((std::istreambuf_iterator<char>(f)), {});
+  ASSERT_GT(s.size(), 10u);
+  EXPECT_EQ(s.substr(0, 6), "\x93NUMPY");
+  uint16_t hl = uint16_t(uint8_t(s[8]) | (uint8_t(s[9]) << 8));
+  EXPECT_EQ((10 + hl) % 64, 0u);
+  std::string header = s.substr(10, hl);
+  EXPECT_NE(header.find("'shape': (2, 3)"), std::string::npos);
+  EXPECT_NE(header.find("'descr': '<f4'"), std::string::npos);
+  EXPECT_EQ(s.size(), 10u + hl + 24u);
+  fs::remove(p);
+}
