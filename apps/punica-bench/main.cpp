@@ -52,50 +52,18 @@ std::string iso_now() {
   return b;
 }
 
-// Loads a scenario with -a axis=value overrides (and --seed) applied to every case.
-Scenario load_with_overrides(const std::string& path, const CommonOpts& o) {
-  if (o.axes.empty() && o.seed < 0) return load_scenario(path);
-  std::ifstream f(path, std::ios::binary);
-  PUNICA_REQUIRE(f, ErrorKind::usage, path + ": scenario file not found or not readable");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (...) {
-    return parse_scenario(ss.str(), path);  // reports the parse error in the standard form
-  }
-  if (!j.is_object()) return parse_scenario(ss.str(), path);
-  std::vector<std::pair<std::string, nlohmann::json>> kv;
-  for (auto& a : o.axes) {
-    auto eq = a.find('=');
-    PUNICA_REQUIRE(eq != std::string::npos && eq > 0, ErrorKind::usage, "-a " + a + ": expected axis=value");
-    std::string k = a.substr(0, eq), v = a.substr(eq + 1);
-    nlohmann::json jv;
-    try { jv = nlohmann::json::parse(v); } catch (...) { jv = v; }
-    kv.emplace_back(k, jv);
-  }
-  if (o.seed >= 0) kv.emplace_back("seed", o.seed);
-  if (!j.contains("defaults") || !j["defaults"].is_object()) j["defaults"] = nlohmann::json::object();
-  for (auto& [k, v] : kv) {
-    j["defaults"][k] = v;
-    if (j.contains("cases") && j["cases"].is_array())
-      for (auto& c : j["cases"]) if (c.is_object()) c.erase(k);
-  }
-  return parse_scenario(j.dump(), path);
+std::vector<AxisOverride> overrides_of(const CommonOpts& o) {
+  std::vector<AxisOverride> ov;
+  for (auto& a : o.axes) ov.push_back(parse_axis_override(a));
+  if (o.seed >= 0) ov.push_back({"seed", o.seed});
+  return ov;
 }
 
 std::vector<Case> select_cases(const CommonOpts& o, std::vector<Scenario>& scenarios) {
-  if (o.files.empty()) {
-    Scenario s = default_scenario();
-    if (!o.axes.empty() || o.seed >= 0) {
-      // Rebuild the default through the same override path (it is plain JSON too).
-      (void)s;
-    }
-    scenarios.push_back(std::move(s));
-  } else {
-    for (auto& f : o.files) scenarios.push_back(load_with_overrides(f, o));
-  }
+  auto ov = overrides_of(o);
+  if (o.files.empty()) scenarios.push_back(default_scenario(ov));
+  else
+    for (auto& f : o.files) scenarios.push_back(load_scenario(f, ov));
   std::vector<Case> out;
   std::regex re;
   if (!o.filter.empty()) {

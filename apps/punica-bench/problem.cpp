@@ -2,6 +2,7 @@
 // from the counter-based hash of (seed, case id, tensor name, index); weights are zero-padded past
 // each adapter's true rank as vLLM stacks them (or NaN-padded with --nan-padding).
 #include "apps/punica-bench/problem.h"
+#include "apps/punica-bench/layers/layers.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -625,6 +626,7 @@ const std::map<std::string, Factory>& registry() {
       {"add_lora_embedding", factory<EmbeddingProblem>()},
       {"add_lora_logits", factory<LogitsProblem>()},
       {"apply_lora_full_linear", factory<FullLinearProblem>()},
+      {"layer", [](const Case& c, const BatchLayout& l, const ProblemOptions& o) { return make_layer_problem(c, l, o); }},
   };
   return r;
 }

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_shrink.h"
 #include "kernels/lora_shrink/lora_test_util.h"
 #include "reference/lora_reference.h"
@@ -264,6 +266,22 @@ void perf_shape(const PerfShape& p) {
     std::printf("PERF T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (target %.2f)\n",
                 p.T, (long long)p.H, R, L, active, S, (long long)total, r.name, r.floor, r.cold,
                 100.0 * r.floor / r.cold, r.graph, 2.5 + r.floor / 0.8);
+  if (p.T > 128) {
+    // Each prefill (mma) expand kernel alone: before (fragment epilogue) / after (staged).
+    using K = detail::ExpandPrefillKernel;
+    const std::pair<K, const char*> ks[] = {{K::mma_fragment, "expand[fragment]"},
+                                            {K::mma_staged, "expand[staged]"},
+                                            {K::mma_staged3, "expand[staged3]"}};
+    for (const auto& k : ks) {
+      auto f = [&](cudaStream_t st) { detail::launch_lora_expand_with(ea, k.first, st); };
+      for (int i = 0; i < 3; ++i) f(nullptr);
+      PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+      const double cold = cold_us(f, flush), graph = graph_us(f);
+      std::printf("PERF T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (%.0f%%)\n",
+                  p.T, (long long)p.H, R, L, active, S, (long long)total, k.second, fe, cold,
+                  100.0 * fe / cold, graph, 100.0 * fe / graph);
+    }
+  }
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -273,6 +291,7 @@ TEST(LoraPerf, DISABLED_Bf16) {
   perf_shape({8192, 4096, 64, 32, {4096, 1024, 1024}});
   perf_shape({64, 4096, 64, 32, {4096, 1024, 1024}});
   perf_shape({8192, 4096, 64, 1, {4096}});
+  perf_shape({8192, 4096, 64, 32, {4096}});
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // vLLM lora_expand (add_expand): y[t, c_s + n] (+)= round_w(B_s[l] @ round_w(x[s, t, :r_l]))[n] for
 // tokens with slot l. Wide-N GEMV for decode (lanes split a B row, 16-byte loads, a group of tokens
-// shares each load) and mma.sync tiles of 64 tokens x 128 columns for prefill (y streamed once).
+// shares each load) and, for prefill, mma.sync tiles of 128 tokens x 128 columns whose y tile is
+// staged through shared memory (16-byte coalesced loads issued before the products, 16-byte stores);
+// the older 64 x 128 kernel with a fragment-layout y epilogue stays as an alternative.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <atomic>
 #include <type_traits>
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
@@ -29,6 +32,8 @@ struct ExpandParams {
   int64_t ldy;
   int add;
   int pair_ok;  // y row stride, slice columns and base even: 4-byte pair accesses
+  int y16_ok;   // y row stride, slice columns and base keep 16-byte alignment
+  int x_vec;    // x base 16-byte aligned and R % 4 == 0: 4-rank vector loads of x
   int nsplit;
 };
 
@@ -296,6 +301,189 @@ __global__ void __launch_bounds__(H::kMmaThreads) expand_mma_kernel(ExpandParams
     }
 }
 
+// ---------------------------------------------------------------- staged mma.sync tiles (prefill)
+// grid (ceil(max N / BN), flat token tiles bound, S); block = BM tokens of one adapter (gathered
+// through sorted_token_ids) x BN columns of one slice, 8 warps as 4 x 2 (32 tokens x 64 cols each).
+// The y tile is requested first (cp.async into shared memory, 16-byte chunks, 16 threads per row)
+// so that its DRAM latency overlaps the x / B staging and the products; the rounded products are
+// added to it in shared memory and the finished tile leaves in coalesced 16-byte stores.
+template <class T, class TI, int MINB>
+__global__ void __launch_bounds__(H::kStThreads, MINB) expand_mma_staged_kernel(ExpandParams p) {
+  constexpr int BM = H::kStBM, BN = H::kStBN, BK = H::kStBK, NT = H::kStThreads, YP = H::kStYPitch;
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* sx = smem;                                            // [BM][BK] swizzled
+  uint4* sb = smem + BM * (BK / 8);                            // [BN][BK] swizzled
+  T* sy = reinterpret_cast<T*>(smem + (BM + BN) * (BK / 8));   // [BM][YP]
+  __shared__ int stok[BM];
+  if (*p.meta.no_lora_flag) return;
+  const int s = blockIdx.z;
+  const int64_t Ns = p.n[s];
+  const int64_t n0 = int64_t(blockIdx.x) * BN;
+  if (n0 >= Ns) return;
+  int entry, tile;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile)) return;
+  const int l = p.meta.active_lora_ids[entry];
+  const int r = p.ranks[l];
+  const int ntok = p.meta.num_tokens_per_lora[entry];
+  const int m0 = tile * BM;
+  const int rows = min(BM, ntok - m0);
+  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wm = warp >> 1, wn = warp & 1;
+  const T* B = static_cast<const T*>(p.b[s]) + (int64_t(l) * Ns + n0) * p.R;
+  const int nvalid = Ns - n0 < BN ? int(Ns - n0) : BN;
+  const bool vec = p.y16_ok;
+  T* Y = static_cast<T*>(p.y) + p.col[s] + n0;
+  if (tid < BM) stok[tid] = tid < rows ? p.meta.sorted_token_ids[start + tid] : -1;
+  __syncthreads();
+
+  // Stages rank chunk [k0, k0 + 16 * nks) of B (cp.async, committed) and of x (rounded to T).
+  auto stage = [&](int k0, int nks) {
+#pragma unroll
+    for (int i = 0; i < BN * (BK / 8) / NT; ++i) {
+      const int idx = tid + i * NT;
+      const int row = idx >> 3, ch = idx & 7;
+      if (ch >= 2 * nks) continue;
+      const int k = k0 + ch * 8;
+      const T* src = B + int64_t(row) * p.R + k;
+      if (row < nvalid && k + 8 <= r) {
+        cp_async16(smem_u32(sb + swz(row, ch)), src, 16);
+      } else {
+        __align__(16) T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = (row < nvalid && k + e < r) ? src[e] : from_f<T>(0.f);
+        sb[swz(row, ch)] = *reinterpret_cast<const uint4*>(v);
+      }
+    }
+    cp_async_commit();
+    uint2* sx2 = reinterpret_cast<uint2*>(sx);
+#pragma unroll
+    for (int i = 0; i < BM * (BK / 4) / NT; ++i) {
+      const int idx = tid + i * NT;
+      const int row = idx >> 4, quad = idx & 15;
+      if (quad >= 4 * nks) continue;
+      const int t = stok[row];
+      const int k = k0 + quad * 4;
+      __align__(8) T v[4];
+      if (t >= 0 && k + 4 <= r && p.x_vec) {
+        const TI* src = static_cast<const TI*>(p.x) + (int64_t(s) * p.T + t) * p.R + k;
+        if constexpr (std::is_same_v<TI, float>) {
+          const float4 f = __ldg(reinterpret_cast<const float4*>(src));
+          v[0] = from_f<T>(f.x); v[1] = from_f<T>(f.y); v[2] = from_f<T>(f.z); v[3] = from_f<T>(f.w);
+        } else {
+          const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
+          const TI* h = reinterpret_cast<const TI*>(&u);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = from_f<T>(to_f<TI>(h[e]));
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = from_f<T>((t >= 0 && k + e < r) ? load_x<T, TI, false>(p, s, t, k + e) : 0.f);
+      }
+      sx2[swz(row, quad >> 1) * 2 + (quad & 1)] = *reinterpret_cast<const uint2*>(v);
+    }
+  };
+
+  const int nks0 = min(BK / 16, (max(r, 1) + 15) / 16);
+  stage(0, nks0);
+  // The y tile (only when it is added to): 16-byte chunks, chunk c of row c / 16.
+  if (p.add) {
+#pragma unroll
+    for (int i = 0; i < BM * (BN / 8) / NT; ++i) {
+      const int idx = tid + i * NT;
+      const int row = idx >> 4, col = (idx & 15) * 8;
+      const int t = stok[row];
+      if (t < 0 || col >= nvalid) continue;
+      const T* src = Y + int64_t(t) * p.ldy + col;
+      T* dst = sy + row * YP + col;
+      if (vec) {
+        cp_async16(smem_u32(dst), src, 2 * min(8, nvalid - col));
+      } else {
+        for (int e = 0; e < 8 && col + e < nvalid; ++e) dst[e] = src[e];
+      }
+    }
+  }
+  cp_async_commit();
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int a = 0; a < 2; ++a)
+#pragma unroll
+    for (int b = 0; b < 8; ++b)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+
+  for (int k0 = 0; k0 < max(r, 1); k0 += BK) {
+    const int nks = min(BK / 16, (r - k0 + 15) / 16);
+    if (k0 > 0) {
+      __syncthreads();
+      stage(k0, nks);
+      cp_async_wait<0>();
+    } else {
+      cp_async_wait<1>();  // B staged; the y group may still be in flight
+    }
+    __syncthreads();
+    for (int kk = 0; kk < nks; ++kk) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+        ldmatrix_x4(af[mi], smem_u32(sx + swz(wm * 32 + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+#pragma unroll
+      for (int pn = 0; pn < 4; ++pn) {
+        const int mi8 = lane >> 3;
+        uint32_t bf[4];
+        ldmatrix_x4(bf, smem_u32(sb + swz(wn * 64 + pn * 16 + (mi8 >> 1) * 8 + (lane & 7), kk * 2 + (mi8 & 1))));
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaOp<T>::run(acc[mi][2 * pn], af[mi], bf[0], bf[1]);
+          MmaOp<T>::run(acc[mi][2 * pn + 1], af[mi], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Rounded products (+ old y) into the shared tile; each thread owns its fragment elements.
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = wm * 32 + mi * 16 + g + 8 * h;
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) {
+        const int col = wn * 64 + ni * 8 + 2 * q;
+        T* d = sy + row * YP + col;
+        float v0 = round_to<T>(acc[mi][ni][2 * h]);
+        float v1 = round_to<T>(acc[mi][ni][2 * h + 1]);
+        if (p.add) {
+          const float2 o = Pair<T>::load(d);
+          v0 += o.x;
+          v1 += o.y;
+        }
+        Pair<T>::store(d, v0, v1);
+      }
+    }
+  __syncthreads();
+
+#pragma unroll
+  for (int i = 0; i < BM * (BN / 8) / NT; ++i) {
+    const int idx = tid + i * NT;
+    const int row = idx >> 4, col = (idx & 15) * 8;
+    const int t = stok[row];
+    if (t < 0 || col >= nvalid) continue;
+    T* dst = Y + int64_t(t) * p.ldy + col;
+    const T* src = sy + row * YP + col;
+    if (vec && col + 8 <= nvalid) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < 8 && col + e < nvalid; ++e) dst[e] = src[e];
+    }
+  }
+}
+
 // ---------------------------------------------------------------- host side
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -330,6 +518,11 @@ ExpandParams make_params(const LoraExpandArgs& a, int64_t& maxN) {
   p.pair_ok = (p.ldy % 2 == 0) && (reinterpret_cast<uintptr_t>(a.y) % 4 == 0);
   for (int s = 0; s < a.num_slices; ++s)
     if (p.col[s] % 2 != 0) p.pair_ok = 0;
+  const std::size_t ysz = a.dtype == DType::f32 ? 4 : 2;
+  p.y16_ok = ysz == 2 && (p.ldy % 8 == 0) && (reinterpret_cast<uintptr_t>(a.y) % 16 == 0);
+  for (int s = 0; s < a.num_slices; ++s)
+    if (p.col[s] % 8 != 0) p.y16_ok = 0;
+  p.x_vec = (a.max_rank % 4 == 0) && aligned16(a.x);
   p.nsplit = 0;
   return p;
 }
@@ -369,40 +562,70 @@ void launch_mma(const ExpandParams& p, int64_t maxN, cudaStream_t st) {
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 
+template <class T, class TI, int MINB>
+void launch_staged(const ExpandParams& p, int64_t maxN, cudaStream_t st) {
+  const int64_t tiles = (p.T + H::kStBM - 1) / H::kStBM + p.L + 1;
+  PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for one launch");
+  dim3 grid(unsigned((maxN + H::kStBN - 1) / H::kStBN), unsigned(tiles), unsigned(p.S));
+  constexpr std::size_t smem = std::size_t(H::kStBM + H::kStBN) * H::kStBK * 2 +
+                               std::size_t(H::kStBM) * H::kStYPitch * sizeof(T);
+  // The dynamic shared-memory limit is raised once per device (idempotent, so a race is harmless).
+  static std::atomic<uint64_t> attr_set{0};
+  int dev = 0;
+  PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (!(attr_set.load(std::memory_order_relaxed) & bit)) {
+    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(expand_mma_staged_kernel<T, TI, MINB>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    attr_set.fetch_or(bit, std::memory_order_relaxed);
+  }
+  expand_mma_staged_kernel<T, TI, MINB><<<grid, H::kStThreads, smem, st>>>(p);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
 template <class T, class TI>
-void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st) {
+void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
+              detail::ExpandPrefillKernel which) {
   const bool vecb = b_vec_ok(a);
   if constexpr (!std::is_same_v<T, float>) {
-    if (H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) return launch_mma<T, TI>(p, maxN, st);
+    if (H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
+      const bool staged = which == detail::ExpandPrefillKernel::automatic
+                              ? H::kUseStagedPrefill
+                              : which == detail::ExpandPrefillKernel::mma_staged;
+      if (which == detail::ExpandPrefillKernel::mma_staged3) return launch_staged<T, TI, 3>(p, maxN, st);
+      if (staged) return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
+      return launch_mma<T, TI>(p, maxN, st);
+    }
   }
   launch_gemv<T, TI, false>(p, maxN, vecb, false, st);
 }
 
 template <class T>
-void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st) {
+void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
+                 detail::ExpandPrefillKernel which) {
   switch (a.in_dtype) {
-    case DType::f32: dispatch<T, float>(a, p, maxN, st); break;
-    case DType::f16: dispatch<T, __half>(a, p, maxN, st); break;
-    case DType::bf16: dispatch<T, __nv_bfloat16>(a, p, maxN, st); break;
+    case DType::f32: dispatch<T, float>(a, p, maxN, st, which); break;
+    case DType::f16: dispatch<T, __half>(a, p, maxN, st, which); break;
+    case DType::bf16: dispatch<T, __nv_bfloat16>(a, p, maxN, st, which); break;
   }
 }
 
 }  // namespace
 
-void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t stream) {
+namespace detail {
+
+void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
   validate(a);
   if (a.num_tokens == 0 || a.max_loras == 0) return;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
   if (maxN == 0) return;
   switch (a.dtype) {
-    case DType::f32: dispatch_in<float>(a, p, maxN, stream); break;
-    case DType::f16: dispatch_in<__half>(a, p, maxN, stream); break;
-    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream); break;
+    case DType::f32: dispatch_in<float>(a, p, maxN, stream, which); break;
+    case DType::f16: dispatch_in<__half>(a, p, maxN, stream, which); break;
+    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream, which); break;
   }
 }
-
-namespace detail {
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
                                  cudaStream_t stream) {
@@ -422,4 +645,9 @@ void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials,
 }
 
 }  // namespace detail
+
+void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t stream) {
+  detail::launch_lora_expand_with(a, detail::ExpandPrefillKernel::automatic, stream);
+}
+
 }  // namespace punica::kernels

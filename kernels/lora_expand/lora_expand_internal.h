@@ -1,11 +1,17 @@
-// Internal entry point of lora_expand used by add_lora_linear's fused decode path: the wide-N
-// GEMV whose input is the sum of shrink's split-K partials ([nsplit, S, T, max_rank] fp32), read
-// after a programmatic-dependent-launch wait so that its start overlaps the shrink kernel.
+// Internal entry points of lora_expand: the one used by add_lora_linear's fused decode path (the
+// wide-N GEMV whose input is the sum of shrink's split-K partials ([nsplit, S, T, max_rank] fp32),
+// read after a programmatic-dependent-launch wait so that its start overlaps the shrink kernel),
+// and a launch with an explicit prefill kernel choice (tests, timing).
 #pragma once
 #include <cuda_runtime_api.h>
 #include "kernels/lora_expand/lora_expand.h"
 
 namespace punica::kernels::detail {
+
+// Prefill (mma) kernel selection for tests and timing: automatic = what heuristics.h picks.
+// mma_staged3: the staged kernel compiled for 3 blocks per SM (register cap 80), for comparison.
+enum class ExpandPrefillKernel { automatic, mma_fragment, mma_staged, mma_staged3 };
+void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream);
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
                                  cudaStream_t stream);

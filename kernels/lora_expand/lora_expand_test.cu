@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_test_util.h"
 #include "reference/lora_reference.h"
 
@@ -23,17 +24,19 @@ struct ExpandCase {
   bool nan_pad = false;
   bool all_none = false;
   uint64_t seed = 3;
+  int64_t ldy_pad = 24;  // y row stride = offset + sum N + ldy_pad
+  detail::ExpandPrefillKernel kernel = detail::ExpandPrefillKernel::automatic;
 };
 
 void run_case(const ExpandCase& c) {
   SCOPED_TRACE(std::string(dtype_name(c.dtype)) + "/" + dtype_name(c.in) + " T=" + std::to_string(c.T) +
                " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add) +
-               " off=" + std::to_string(c.offset));
+               " off=" + std::to_string(c.offset) + " kernel=" + std::to_string(int(c.kernel)));
   const int L = int(c.ranks.size());
   const int S = int(c.widths.size());
   const int R = *std::max_element(c.ranks.begin(), c.ranks.end());
   const int64_t total = std::accumulate(c.widths.begin(), c.widths.end(), int64_t(0));
-  const int64_t ldy = c.offset + total + 24;
+  const int64_t ldy = c.offset + total + c.ldy_pad;
   const uint64_t key = hash_key(c.seed, hash_string("expand"), 0);
   std::vector<int32_t> map = c.all_none ? std::vector<int32_t>(std::size_t(c.T), -1) : make_mapping(c.T, c.ranks, key + 2);
   HostTensor x = random_tensor(c.in, std::size_t(S) * c.T * R, key + 1);
@@ -76,7 +79,7 @@ void run_case(const ExpandCase& c) {
   a.y_row_stride = ldy;
   a.offset_start = c.offset;
   a.add_inputs = c.add;
-  launch_lora_expand(a, nullptr);
+  detail::launch_lora_expand_with(a, c.kernel, nullptr);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -148,6 +151,33 @@ TEST(LoraExpand, NanPadding) {
 TEST(LoraExpand, AllTokensNone) {
   ExpandCase c{DType::bf16, DType::f32, 7, {1024}, {16, 8}, false, 0};
   c.all_none = true;
+  run_case(c);
+}
+
+// Every prefill (mma) kernel on the awkward cases: NaN padding, ranks not multiples of 16, a partial
+// 16-byte chunk at a slice end (vector epilogue), unaligned slice columns (scalar epilogue), many
+// rank chunks, add_inputs off.
+TEST(LoraExpand, PrefillKernels) {
+  using K = detail::ExpandPrefillKernel;
+  for (K k : {K::mma_fragment, K::mma_staged, K::mma_staged3}) {
+    ExpandCase a{DType::bf16, DType::f32, 1000, {1024, 256, 251}, {64, 5, 0, 40, 64}, true, 8};
+    a.nan_pad = true;
+    a.ldy_pad = 21;  // y row stride 1560: 16-byte rows, last slice ends inside a chunk
+    a.kernel = k;
+    run_case(a);
+    ExpandCase b{DType::f16, DType::f16, 777, {1000, 256, 72}, {32, 12, 0, 32}, false, 3};
+    b.nan_pad = true;
+    b.kernel = k;
+    run_case(b);
+    ExpandCase c{DType::bf16, DType::bf16, 600, {384, 128}, {200, 8, 0, 136}, true, 0};
+    c.kernel = k;
+    run_case(c);
+  }
+}
+// Prefill-sized batch close to the timed shape: 3 unequal slices, 8 adapters + -1 tokens.
+TEST(LoraExpand, LargePrefillThreeSlices) {
+  ExpandCase c{DType::bf16, DType::f32, 8190, {4096, 1024, 1024}, {16, 16, 16, 16, 8, 16, 16, 16}, true, 0};
+  c.ldy_pad = 0;
   run_case(c);
 }
 
