@@ -232,10 +232,17 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
     if (out.status == "pass") ++pass; else if (out.status == "fail") ++failn;
     else if (out.status == "skip") ++skip; else ++err;
     doc["cases"].push_back(out.record);
+    // A CUDA error is sticky: every later case would fail the same way. Stop here, say so.
+    if (out.status == "error" && backend == "cuda" &&
+        out.record.value("error", std::string()).rfind("CUDA error", 0) == 0) {
+      std::fprintf(stderr, "punica-bench: stopping after a CUDA error; %zu case(s) not run\n",
+                   cases.size() - i - 1);
+      break;
+    }
   }
   int rc = err ? 6 : failn ? 1 : (pass == 0 && skip > 0) ? 4 : 0;
   doc["run"]["finished_at"] = iso_now();
-  doc["summary"] = {{"cases", cases.size()}, {"pass", pass}, {"fail", failn}, {"skip", skip}, {"error", err},
+  doc["summary"] = {{"cases", cases.size()}, {"not_run", cases.size() - std::size_t(pass + failn + skip + err)}, {"pass", pass}, {"fail", failn}, {"skip", skip}, {"error", err},
                     {"exit_code", rc}};
   if (root) {
     if (o.output == "-") {

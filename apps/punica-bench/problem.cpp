@@ -99,6 +99,7 @@ class Builder {
 // Indices of the LoRAKernelMeta tensors of a problem.
 struct MetaIdx {
   int mapping = -1, tlm, sorted, active, counts, start, nolora, nactive, ws;
+  std::size_t ws_bytes = 0;
   kernels::LoraMetaArgs args(const std::vector<void*>& p, int64_t T, int L) const {
     kernels::LoraMetaArgs a;
     a.num_tokens = T; a.max_loras = L;
@@ -111,6 +112,7 @@ struct MetaIdx {
     a.no_lora_flag = static_cast<int32_t*>(p[nolora]);
     a.num_active = static_cast<int32_t*>(p[nactive]);
     a.workspace = ws >= 0 ? p[ws] : nullptr;
+    a.workspace_bytes = ws >= 0 ? ws_bytes : 0;
     return a;
   }
 };
@@ -132,7 +134,8 @@ MetaIdx add_meta(Builder& b, const std::vector<int32_t>& mapping, int L, bool as
   m.start = mk("lora_token_start_loc", L + 2);
   m.nolora = mk("no_lora_flag", 1);
   m.nactive = mk("num_active", 1);
-  m.ws = b.scratch("meta_workspace", std::max<std::size_t>(ws_bytes, 16));
+  m.ws_bytes = std::max<std::size_t>(ws_bytes, 16);
+  m.ws = b.scratch("meta_workspace", m.ws_bytes);
   return m;
 }
 

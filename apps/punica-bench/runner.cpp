@@ -48,9 +48,10 @@ DeviceSet upload_set(Backend& be, const Problem& p, bool guards) {
     std::size_t gb = g ? kGuardBytes : 0;
     d.bufs.emplace_back(be, t.bytes() + 2 * gb);
     char* base = static_cast<char*>(d.bufs.back().get());
-    if (g) {
-      be.fill_pattern(base, kGuardBytes / 4, 4, kGuardPattern);
-      be.fill_pattern(base + gb + t.bytes(), kGuardBytes / 4, 4, kGuardPattern);
+    if (g) {  // host-written guards: the tail one may start at any byte offset
+      static const std::vector<uint32_t> pattern(kGuardBytes / 4, kGuardPattern);
+      be.upload(base, pattern.data(), kGuardBytes);
+      be.upload(base + gb + t.bytes(), pattern.data(), kGuardBytes);
     }
     if (t.role == Role::scratch) be.zero(base + gb, t.bytes());
     else be.upload(base + gb, t.data.data(), t.bytes());
