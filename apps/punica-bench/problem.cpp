@@ -16,6 +16,11 @@ namespace {
 
 using kernels::DType;
 
+// Outputs get kGuardCols extra columns after the op's window, checked bit-equal to y0 (nothing
+// outside the slices is written). 8 keeps 16-bit rows 16-byte aligned when the window is, as a
+// contiguous vLLM output is; odd windows (hidden 2049, offsets) still exercise unaligned paths.
+constexpr int64_t kGuardCols = 8;
+
 uint32_t nan_bits(DType t) { return t == DType::f32 ? 0x7fc00000u : t == DType::f16 ? 0x7e00u : 0x7fc0u; }
 
 class Builder {
@@ -319,7 +324,7 @@ class ExpandProblem final : public Problem {
       b_[s] = b.stacked("lora_b." + std::to_string(s), dtype, k_.L, k_.N[s], k_.r, false, k_.slot_rank, bs, none);
     }
     // 3 extra columns after the slices prove nothing outside them is written.
-    W_ = offset_ + int64_t(k_.sumN()) + 3;
+    W_ = offset_ + int64_t(k_.sumN()) + kGuardCols;
     y_ = b.output("y", dtype, {k_.T, W_}, add_inputs_, k_.T, W_);
     mark_untouched(tensors[y_], k_.mapping, W_, offset_, offset_ + int64_t(k_.sumN()));
   }
@@ -378,7 +383,7 @@ class LinearProblem final : public Problem {
       a_[s] = b.stacked("lora_a." + std::to_string(s), dtype, k_.L, k_.r, k_.K, true, k_.slot_rank, as, none);
       b_[s] = b.stacked("lora_b." + std::to_string(s), dtype, k_.L, k_.N[s], k_.r, false, k_.slot_rank, bs, none);
     }
-    W_ = int64_t(k_.sumN()) + 3;
+    W_ = int64_t(k_.sumN()) + kGuardCols;
     y_ = b.output("y", dtype, {k_.T, W_}, add_inputs_, k_.T, W_);
     mark_untouched(tensors[y_], k_.mapping, W_, 0, int64_t(k_.sumN()));
     ws_ = b.scratch("workspace", std::max<std::size_t>(16, kernels::add_lora_linear_workspace_bytes(
@@ -442,7 +447,7 @@ class EmbeddingProblem final : public Problem {
     // A^T table [L, V, r]: columns (rank index) past the true rank are padding.
     a_ = b.stacked("lora_a", dtype, k_.L, V_, k_.r, false, k_.slot_rank, 1.0f, false);
     b_ = b.stacked("lora_b", dtype, k_.L, D_, k_.r, false, k_.slot_rank, 1.0f / std::sqrt(float(std::max(1, k_.r))), false);
-    W_ = D_ + 3;
+    W_ = D_ + kGuardCols;
     y_ = b.output("y", dtype, {k_.T, W_}, add_inputs_, k_.T, W_);
     mark_untouched(tensors[y_], k_.mapping, W_, 0, D_);
   }
@@ -499,7 +504,7 @@ class LogitsProblem final : public Problem {
     x_ = b.random("x", dtype, {k_.T, k_.K}, 1.0f);
     a_ = b.stacked("lora_a", dtype, k_.L, k_.r, k_.K, true, k_.slot_rank, 1.0f / std::sqrt(float(k_.K)), false);
     b_ = b.stacked("lora_b", dtype, k_.L, V_, k_.r, false, k_.slot_rank, 1.0f / std::sqrt(float(std::max(1, k_.r))), false);
-    W_ = V_ + 3;
+    W_ = V_ + kGuardCols;
     y_ = b.output("y", dtype, {k_.T, W_}, true, k_.T, W_);
     mark_untouched(tensors[y_], k_.mapping, W_, 0, V_);
     ws_ = b.scratch("workspace", std::max<std::size_t>(16, kernels::add_lora_logits_workspace_bytes(
@@ -563,7 +568,7 @@ class FullLinearProblem final : public Problem {
     enabled_.assign(std::size_t(L_), 0);
     for (std::size_t a = 0; a < lay.adapter_slot.size(); ++a) enabled_[std::size_t(lay.adapter_slot[a])] = (a % 3 != 2);
     en_ = b.ints("module_enabled", enabled_);
-    W_ = out_ + 3;
+    W_ = out_ + kGuardCols;
     y_ = b.output("y", dtype, {R_, W_}, true, R_, W_);
     auto& y = tensors[y_];
     for (int64_t j = 0; j < R_; ++j)
