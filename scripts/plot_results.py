@@ -19,11 +19,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+SHAPE_AXES = ("model=", "module=", "layer=", "hidden=", "slices=", "num_slices=", "vocab=", "max_loras=",
+              "num_adapters=", "ranks=", "max_rank=", "tp=", "fully_sharded=", "dtype=")
+
+
 def shape_key(case):
-    """The case id without its num_requests/num_tokens axes: one line per shape."""
-    parts = [p for p in case["id"].split("/")
-             if not p.startswith(("num_requests=", "num_tokens=", "tokens_per_request="))]
-    return "/".join(parts[2:])
+    """The axes that define a shape (not the token count): one line per shape."""
+    parts = [p for p in case["id"].split("/") if p.startswith(SHAPE_AXES)]
+    return case["id"].split("/")[0] + ":" + "/".join(parts)
 
 
 def main():
@@ -45,7 +48,7 @@ def main():
     for c in cases:
         by_op[c["op"]][shape_key(c)].append(c)
     for op, shapes in by_op.items():
-        fig, ax = plt.subplots(figsize=(11, 6.5))
+        fig, ax = plt.subplots(figsize=(15, 7))
         for i, (shape, cs) in enumerate(sorted(shapes.items())):
             cs.sort(key=lambda c: c["params"]["num_tokens"])
             t = [c["params"]["num_tokens"] for c in cs]
@@ -63,7 +66,7 @@ def main():
         ax.set_ylabel("cold time per call (µs); dashed = floor (bytes / copy bandwidth)")
         ax.set_title(f"{op} — {title}")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, loc="upper left")
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         fig.tight_layout()
         fig.savefig(os.path.join(args.outdir, f"time_vs_tokens_{op}.png"), dpi=110)
         plt.close(fig)
