@@ -97,3 +97,19 @@ if(MPIEXEC_BIN)
           ${MPIRUN} -np 2 ${PB} check --backend cpu --timeout 2 --inject-fault 0:hang ${TD}/good_tiny.json)
   set_tests_properties(mpi_fault_hang_np2 mpi_fault_throw_np2 PROPERTIES TIMEOUT 20)
 endif()
+
+# TP LoRA layers (issue 4): every layer, plain and fully sharded, written once against Backend, on
+# the CPU backend: one process (tp > 1 cases skip), then mpirun -np 2/4/8 (the real slicing,
+# offsets and MPI collectives; wrong counts summed over ranks). About 6 s / 9 s / 25 s / 46 s on 2 idle cores.
+pb_test(cli_check_ci_layers_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/ci_layers.json ${SC}/ci_layers_edge.json)
+if(MPIEXEC_BIN)
+  foreach(np 2 4 8)
+    pb_test(mpi_check_ci_layers_np${np} ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
+            ${MPIRUN} -np ${np} ${PB} check --backend cpu -q ${SC}/ci_layers.json ${SC}/ci_layers_edge.json)
+  endforeach()
+  set_tests_properties(mpi_check_ci_layers_np8 PROPERTIES TIMEOUT 900)
+  # NaN past each adapter's true rank (the fully-sharded A shards' true ranks) and --sample-rows
+  # (the layer reference computes only the sampled rows; -1 rows keep their base output).
+  pb_test(mpi_check_ci_layers_nan_padding_sample_rows_np4 ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
+          ${MPIRUN} -np 4 ${PB} check --backend cpu -q --nan-padding --sample-rows 5 -f tiny_decode ${SC}/ci_layers.json ${SC}/ci_layers_edge.json)
+endif()

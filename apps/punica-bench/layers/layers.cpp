@@ -116,6 +116,20 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   for (auto& t : ts) t.join();
 }
 
+// fp64 dot product of fp32 vectors (four partial sums: the reference of big cases stays fast).
+double dot(const float* a, const float* b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += double(a[k]) * double(b[k]);
+    s1 += double(a[k + 1]) * double(b[k + 1]);
+    s2 += double(a[k + 2]) * double(b[k + 2]);
+    s3 += double(a[k + 3]) * double(b[k + 3]);
+  }
+  for (; k < n; ++k) s0 += double(a[k]) * double(b[k]);
+  return (s0 + s1) + (s2 + s3);
+}
+
 // The counter-hash generator (the same values as problem.cpp's Builder: key(seed, case, name),
 // uniform [-1,1) x scale, or small integers in --exact mode), rounded to the dtype as stored.
 class Gen {
@@ -229,7 +243,9 @@ class LayerProblem : public Problem {
     HostTensor t;
     t.name = name; t.dtype = dt; t.shape = std::move(shape); t.role = Role::input;
     t.data.resize(t.bytes());
-    for (std::size_t i = 0; i < t.numel(); ++i) kernels::store_elem(t.data.data(), dt, i, fn(i));
+    parallel_for(int64_t(t.numel()), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) kernels::store_elem(t.data.data(), dt, std::size_t(i), fn(std::size_t(i)));
+    });
     return add(std::move(t));
   }
   int ints(const std::string& name, const std::vector<int32_t>& v) {
@@ -266,13 +282,17 @@ class LayerProblem : public Problem {
     HostTensor t;
     t.name = local_name; t.dtype = dtype; t.shape = {L_, d1, d2}; t.role = Role::input;
     t.data.resize(t.bytes());
-    for (int l = 0; l < L_; ++l)
-      for (int64_t i = 0; i < d1; ++i)
+    parallel_for(int64_t(L_) * d1, [&](int64_t b, int64_t e) {
+      for (int64_t li = b; li < e; ++li) {
+        const int l = int(li / d1);
+        const int64_t i = li % d1;
         for (int64_t j = 0; j < d2; ++j) {
           GlobalIdx gi = glob(l, i, j);
           std::size_t idx = (std::size_t(l) * std::size_t(d1) + std::size_t(i)) * std::size_t(d2) + std::size_t(j);
           kernels::store_elem(t.data.data(), dtype, idx, g_.stacked(k, gi.flat, scale, gi.rank_index, slot_rank_[std::size_t(l)], none));
         }
+      }
+    });
     return add(std::move(t));
   }
   bool is_none(int sub_lora) const {
@@ -318,9 +338,7 @@ class LayerProblem : public Problem {
       u[i].resize(std::size_t(ra));
       const float* xi = x.data() + i * std::size_t(K);
       for (int j = 0; j < ra; ++j) {
-        double acc = 0;
-        const float* aj = a.data() + std::size_t(j) * std::size_t(K);
-        for (int64_t q = 0; q < K; ++q) acc += double(xi[q]) * double(aj[q]);
+        const double acc = dot(xi, a.data() + std::size_t(j) * std::size_t(K), K);
         u[i][std::size_t(j)] = round_to(dtype, float(acc));
       }
     }
@@ -447,8 +465,7 @@ class ColumnLayer final : public LayerProblem {
         const int64_t Nl = plan_.lora_rows[std::size_t(sl.lora)];
         for (std::size_t i = 0; i < rows.size(); ++i) {
           const float* xi = X.data() + i * std::size_t(K_);
-          double acc = 0;
-          for (int64_t k = 0; k < K_; ++k) acc += double(xi[k]) * double(w[std::size_t(k)]);
+          double acc = dot(xi, w.data(), K_);
           float v = round_to(dtype, round_to(dtype, float(acc)) + b);  // base GEMM, then its bias
           const int slot = map_[std::size_t(rows[i])];
           if (slot >= 0)
@@ -604,11 +621,13 @@ class RowLayer final : public LayerProblem {
         const float b = g_.value(kb, uint64_t(n), 0.5f);
         for (std::size_t i = 0; i < rows.size(); ++i) {
           const float* xi = X.data() + i * std::size_t(K_);
-          double acc = 0;
-          for (int64_t k = 0; k < K_; ++k) acc += double(xi[k]) * double(w[std::size_t(k)]);
+          double acc = dot(xi, w.data(), K_);
+          // The tp = 1 rounding sequence (GEMM, + LoRA delta, reduce = identity, + bias); for tp > 1
+          // the per-rank partials are rounded before the reduce (see rtol()).
+          float v = round_to(dtype, float(acc));
           const int slot = map_[std::size_t(rows[i])];
-          if (slot >= 0) acc += ref_delta(bkey, is_none(0), N_, n, slot, U[i]);
-          kernels::store_elem(y, dtype, std::size_t(rows[i] * N_ + n), round_to(dtype, round_to(dtype, float(acc)) + b));
+          if (slot >= 0) v = round_to(dtype, v + ref_delta(bkey, is_none(0), N_, n, slot, U[i]));
+          kernels::store_elem(y, dtype, std::size_t(rows[i] * N_ + n), round_to(dtype, v + b));
         }
       }
     });
@@ -846,8 +865,7 @@ class LogitsLayer final : public LayerProblem {
         for (int64_t k = 0; k < K_; ++k) w[std::size_t(k)] = g_.value(kw, uint64_t(v * K_ + k), ws);
         for (std::size_t i = 0; i < rows.size(); ++i) {
           const float* xi = X.data() + i * std::size_t(K_);
-          double acc = 0;
-          for (int64_t k = 0; k < K_; ++k) acc += double(xi[k]) * double(w[std::size_t(k)]);
+          double acc = dot(xi, w.data(), K_);
           float y = round_to(dtype, float(acc));
           const int slot = map_[std::size_t(rows[i])];
           if (slot >= 0) y = round_to(dtype, y + ref_delta(kb, false, V_, v, slot, U[i]));
