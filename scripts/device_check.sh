@@ -54,8 +54,15 @@ case "$PROFILE" in
     ;;
   layers)
     MPI="mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np $NGPU"
-    step layers_ci $MPI $PB check --backend cuda -q -o "$OUT/layers_ci_np$NGPU.json" --overwrite scenarios/ci_layers.json
-    step layers_llama $MPI $PB run --backend cuda --sample-rows 64 --iters 20 -o "$OUT/layers_llama_np$NGPU.json" --overwrite scenarios/layers_llama.json
+    # Every layer kind, plain and fully sharded, checked and timed (small shapes).
+    step layers_ci $MPI $PB run --backend cuda -q --iters 20 -o "$OUT/layers_ci_np$NGPU.json" --overwrite scenarios/ci_layers.json scenarios/ci_layers_edge.json
+    # Model-shaped layers with tp <= GPUs present (larger tp would only be skips), prefill and
+    # decode in separate result files so that one slow step cannot lose the other.
+    TPS=$(seq -s '|' 1 $NGPU | sed 's/|$//')
+    for ph in prefill decode; do
+      step layers_llama_$ph $MPI $PB run --backend cuda --sample-rows 16 --iters 20 -f "^${ph}_.*${LAYERS_FILTER:-}.*/tp=(${TPS})/" \
+        -o "$OUT/layers_llama_${ph}_np$NGPU.json" --overwrite scenarios/layers_llama.json
+    done
     ;;
   *) echo "unknown profile $PROFILE" >&2; exit 2 ;;
 esac

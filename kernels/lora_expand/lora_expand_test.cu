@@ -79,6 +79,9 @@ void run_case(const ExpandCase& c) {
   a.y_row_stride = ldy;
   a.offset_start = c.offset;
   a.add_inputs = c.add;
+  if (c.kernel == detail::ExpandPrefillKernel::mma_persistent ||
+      c.kernel == detail::ExpandPrefillKernel::mma_persistent_wide)
+    EXPECT_TRUE(detail::expand_persistent_applicable(a)) << "case outside the persistent kernel's preconditions";
   detail::launch_lora_expand_with(a, c.kernel, nullptr);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
@@ -172,6 +175,36 @@ TEST(LoraExpand, PrefillKernels) {
     ExpandCase c{DType::bf16, DType::bf16, 600, {384, 128}, {200, 8, 0, 136}, true, 0};
     c.kernel = k;
     run_case(c);
+  }
+}
+// The persistent pipelined kernel (both tile shapes) on cases inside its preconditions: many tiles
+// per block crossing adapter / slice boundaries, grids with idle blocks, partial column chunks, ranks
+// 0..128 with NaN padding, fp16 / bf16 / fp32 inputs, add_inputs off.
+TEST(LoraExpand, PersistentKernel) {
+  using K = detail::ExpandPrefillKernel;
+  for (K k : {K::mma_persistent, K::mma_persistent_wide}) {
+    std::vector<ExpandCase> cs;
+    ExpandCase a{DType::bf16, DType::f32, 3000, {1024, 256, 251}, {64, 5, 0, 40, 64, 1}, true, 8};
+    a.nan_pad = true;
+    a.ldy_pad = 21;
+    cs.push_back(a);
+    ExpandCase b{DType::f16, DType::f16, 777, {1000, 256, 72}, {32, 12, 0, 32}, false, 8};
+    b.nan_pad = true;
+    b.ldy_pad = 16;
+    cs.push_back(b);
+    cs.push_back({DType::bf16, DType::bf16, 600, {384, 128}, {128, 8, 0, 100}, true, 0});
+    cs.push_back({DType::bf16, DType::f16, 200, {136}, {16, 16}, true, 0});
+    ExpandCase c{DType::f16, DType::f32, 5000, {4096, 512, 512}, {16, 16, 16, 16, 8, 16, 0}, true, 0};
+    c.ldy_pad = 8;
+    cs.push_back(c);
+    ExpandCase e{DType::bf16, DType::f32, 2500, {2048}, {128, 96, 128}, false, 16};
+    e.nan_pad = true;
+    e.ldy_pad = 0;
+    cs.push_back(e);
+    for (ExpandCase& x : cs) {
+      x.kernel = k;
+      run_case(x);
+    }
   }
 }
 // Prefill-sized batch close to the timed shape: 3 unequal slices, 8 adapters + -1 tokens.

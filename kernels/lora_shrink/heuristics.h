@@ -3,6 +3,7 @@
 // static shape only (T, K, S, max_rank, dtypes): no device value is read, so no synchronisation.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include "kernels/common/dtype.h"
 
@@ -18,6 +19,9 @@ constexpr int kMmaBK = 64;          // k per pipeline stage
 constexpr int kMmaStages = 4;
 constexpr int kMmaThreads = 128;
 constexpr int64_t kDecodeMaxTokens = 128;  // at or below: GEMV path
+constexpr int kFusedBM = 64;        // fused prefill: tokens per block (all slices, all columns)
+constexpr int kFusedThreads = 256;  // 8 warps: 2 (tokens) x 4 (16-column groups)
+constexpr int kFusedMaxNGW = 3;     // 16-column groups per warp per pass (pass = 4 * NGW groups)
 
 struct GemvConfig { int nsplit = 1, kc = kGemvChunk, nrowblk = 1; };
 struct MmaConfig { int bn = 64, nrc = 1, ksplit = 1, ktiles_per_split = 1; };
@@ -49,6 +53,42 @@ inline MmaConfig mma_config(int64_t T, int64_t K, int S, int max_rank, int num_s
   want = std::min<int64_t>(want, std::max<int64_t>(1, ktiles / 8));
   c.ksplit = int(std::max<int64_t>(1, std::min<int64_t>(want, 16)));
   c.ktiles_per_split = int((ktiles + c.ksplit - 1) / c.ksplit);
+  c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
+  return c;
+}
+
+// Automatic choice of the fused kernel (measured on H200, H=4096, cold): it beats the per-slice mma
+// tiles once the adapter has >= 3 column groups of 16 over all slices (S=3 r=16: 42 vs 53 us;
+// S=3 r=64: 65 vs 86 us; S=1 r=64: 44 vs 51 us) but not for S=1 r=16 (41 vs 33 us: one block per
+// SM keeps too few bytes in flight), and beats the GEMV from 64 tokens (T=64 S=3: 6.7 vs 11.6 us
+// back to back) but not at T=1 (5.2 vs 4.1 us).
+constexpr int64_t kFusedMinTokens = 64;
+inline bool auto_fused(int64_t T, int S, int max_rank) {
+  if (T < kFusedMinTokens) return false;
+  if (T <= kDecodeMaxTokens) return true;
+  return S * ((max_rank + 15) / 16) >= 3;
+}
+
+// Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per
+// pass from the static padded rank, pipeline depth from the shared memory per stage (two blocks
+// per SM), and split-K (y zeroed first, atomics) only when the token tiles fill < ~0.9 wave.
+struct FusedConfig { int ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1; std::size_t smem = 0; };
+
+inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int num_sms, bool allow_split = true) {
+  FusedConfig c;
+  const int ng = S * ((max_rank + 15) / 16);
+  c.ngw = ng <= 4 ? 1 : ng <= 8 ? 2 : kFusedMaxNGW;
+  c.stages = c.ngw == 3 ? 3 : 4;
+  c.smem = std::size_t(c.stages) * (kFusedBM * 128 + 4 * c.ngw * 16 * 128);
+  const int64_t ktiles = std::max<int64_t>(1, (K + 63) / 64);
+  const int64_t tiles = (T + kFusedBM - 1) / kFusedBM;
+  int64_t ks = 1;
+  if (allow_split && tiles * 10 < int64_t(num_sms) * 9) {
+    ks = (2 * int64_t(num_sms) + tiles - 1) / std::max<int64_t>(tiles, 1);
+    ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / 4));
+    ks = std::max<int64_t>(1, std::min<int64_t>(ks, 16));
+  }
+  c.ktiles_per_split = int((ktiles + ks - 1) / ks);
   c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
   return c;
 }

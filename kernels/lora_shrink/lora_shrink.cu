@@ -3,6 +3,7 @@
 // x, fp32 atomics into the zeroed y) and mma.sync tiles of 64 tokens of one adapter (prefill).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <algorithm>
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
 #include "kernels/lora_shrink/heuristics.h"
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(H::kGemvThreads) shrink_gemv_kernel(ShrinkPara
           const float v = warp_sum(acc[u][tt]);
           if (lane == u * TB + tt) { mine = v; mytok = tok[tt]; }
         }
+      if (MODE == OutMode::atomic_f32) pdl_wait();  // y zeroed by the PDL primary (no-op otherwise)
       if (lane < 2 * TB) {
         const int u = lane / TB;
         const int j = j0 + 8 * u;
@@ -291,6 +293,232 @@ __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams
   }
 }
 
+// ---------------------------------------------------------------- fused prefill
+// Zero-fill of y (replaces the memset node where atomics follow). Triggers its PDL dependents at
+// once: they load and multiply while this runs and wait (griddepcontrol.wait) only before their
+// atomics.
+__global__ void __launch_bounds__(256) shrink_zero_kernel(float* y, int64_t n) {
+  pdl_launch_dependents();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t i0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if ((reinterpret_cast<uintptr_t>(y) & 15u) == 0) {
+    const int64_t n4 = n / 4;
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (int64_t i = i0; i < n4; i += stride) y4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int64_t i = 4 * n4 + i0; i < n; i += stride) y[i] = 0.f;
+  } else {
+    for (int64_t i = i0; i < n; i += stride) y[i] = 0.f;
+  }
+}
+
+// Like lora_dev::find_tile but over every entry that owns tokens, the -1 entry included (its tiles
+// write the zero rows of the tokens without an adapter).
+__device__ __forceinline__ bool find_tile_all(const LoraMetaView& m, int n_entries, int bm, int flat,
+                                              int& entry, int& tile) {
+  const int lane = threadIdx.x & 31;
+  int base = 0;
+  for (int c = 0; c < n_entries; c += 32) {
+    const int i = c + lane;
+    int cnt = 0;
+    if (i < n_entries) cnt = (max(m.num_tokens_per_lora[i], 0) + bm - 1) / bm;
+    int incl = cnt;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    if (flat < base + total) {
+      const unsigned hit = __ballot_sync(0xffffffffu, flat < base + incl);
+      const int src = __ffs(hit) - 1;
+      const int excl = __shfl_sync(0xffffffffu, incl - cnt, src);
+      entry = c + src;
+      tile = flat - base - excl;
+      return true;
+    }
+    base += total;
+  }
+  return false;
+}
+
+// grid (tile bound, ksplit). Block = 64 tokens of one adapter entry x EVERY output column of every
+// slice: the adapter's S * ceil(r/16) groups of 16 rank columns are computed in passes of
+// NGP = 4 * NGW groups, so for S * r <= 64 * NGW the x tile streams from HBM once. 8 warps:
+// 2 (32 tokens each) x 4 (group g of the pass goes to warp g % 4). Without split-K (gridDim.y == 1)
+// the block writes every y element of its tokens (values, zeros past the true rank, zero rows for
+// the -1 entry): no memset. With split-K, y was zeroed first (PDL primary) and partial sums are
+// atomically added.
+template <class T, int NGW, int ST>
+__global__ void __launch_bounds__(H::kFusedThreads, 2) shrink_fused_kernel(ShrinkParams p) {
+  constexpr int BM = H::kFusedBM, BK = 64, NGP = 4 * NGW;
+  constexpr int XI = BM * 8 / H::kFusedThreads;       // 2 x chunks per thread per stage
+  constexpr int AI = NGP * 16 * 8 / H::kFusedThreads;  // NGP/2 A chunks per thread per stage
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint4* sx = reinterpret_cast<uint4*>(smem_raw);  // [ST][BM*8]
+  uint4* sa = sx + ST * BM * 8;                    // [ST][NGP*16*8]
+  int entry, tile;
+  if (!find_tile_all(p.meta, p.L + 1, BM, blockIdx.x, entry, tile)) return;
+  const bool split = gridDim.y > 1;
+  const int l = p.meta.active_lora_ids[entry];
+  const int ntok = p.meta.num_tokens_per_lora[entry];
+  const int m0 = tile * BM;
+  const int rows = min(BM, ntok - m0);
+  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  float* Y = static_cast<float*>(p.y);
+  const int S = p.S, R = p.R;
+  if (l < 0) {
+    if (split) return;
+    const int per = rows * R;
+    for (int idx = tid; idx < S * per; idx += H::kFusedThreads) {
+      const int s = idx / per, rem = idx - s * per, row = rem / R, j = rem - row * R;
+      Y[(int64_t(s) * p.T + p.meta.sorted_token_ids[start + row]) * R + j] = 0.f;
+    }
+    return;
+  }
+  const int r = min(p.ranks[l], R);
+  const int CA = (max(r, 0) + 15) >> 4;  // 16-column groups per slice with real columns
+  const int NA = S * CA;
+  const int64_t ktiles = (p.K + BK - 1) / BK;
+  const int64_t kt0 = int64_t(blockIdx.y) * p.ktiles_per_split;
+  const int64_t kt1 = min(ktiles, kt0 + p.ktiles_per_split);
+  const int nkt = int((kt1 > kt0 ? kt1 - kt0 : 0));
+  const T* X = static_cast<const T*>(p.x);
+  const int ch = tid & 7;
+  const T* xrow[XI];
+#pragma unroll
+  for (int i = 0; i < XI; ++i) {
+    const int row = (tid >> 3) + 32 * i;
+    xrow[i] = row < rows ? X + int64_t(p.meta.sorted_token_ids[start + row]) * p.x_stride : nullptr;
+  }
+  const int wm = warp & 1, wn = warp >> 1;
+  const int g = lane >> 2, q = lane & 3;
+  int tokr[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = wm * 32 + mt * 16 + g + 8 * hh;
+      tokr[mt][hh] = row < rows ? p.meta.sorted_token_ids[start + row] : -1;
+    }
+
+  for (int g0 = 0; g0 < NA && nkt > 0; g0 += NGP) {
+    const int ng = min(NGP, NA - g0);
+    const T* arow[AI];
+#pragma unroll
+    for (int i = 0; i < AI; ++i) {
+      const int ra = (tid >> 3) + 32 * i;
+      const int gi = ra >> 4, rr = ra & 15;
+      arow[i] = nullptr;
+      if (gi < ng) {
+        const int G = g0 + gi, s = G / CA, j = (G - s * CA) * 16 + rr;
+        if (j < r) arow[i] = static_cast<const T*>(p.a[s]) + (int64_t(l) * R + j) * p.K;
+      }
+    }
+    auto load_stage = [&](int stage, int64_t kt) {
+      const int64_t kbase = kt * BK + ch * 8;
+      uint4* dx = sx + stage * BM * 8;
+      uint4* da = sa + stage * NGP * 16 * 8;
+      const bool kin = kbase < p.K;
+#pragma unroll
+      for (int i = 0; i < XI; ++i) {
+        const int row = (tid >> 3) + 32 * i;
+        const bool ok = xrow[i] != nullptr && kin;
+        cp_async16(smem_u32(dx + swz(row, ch)), ok ? (const void*)(xrow[i] + kbase) : (const void*)X, ok ? 16 : 0);
+      }
+#pragma unroll
+      for (int i = 0; i < AI; ++i) {
+        const int ra = (tid >> 3) + 32 * i;
+        const bool ok = arow[i] != nullptr && kin;
+        cp_async16(smem_u32(da + swz(ra, ch)), ok ? (const void*)(arow[i] + kbase) : (const void*)X, ok ? 16 : 0);
+      }
+    };
+    float acc[2][NGW][2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int gw = 0; gw < NGW; ++gw)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[mt][gw][h][c] = 0.f;
+
+#pragma unroll
+    for (int st = 0; st < ST - 1; ++st) {
+      if (st < nkt) load_stage(st, kt0 + st);
+      cp_async_commit();
+    }
+    for (int it = 0; it < nkt; ++it) {
+      cp_async_wait<ST - 2>();
+      __syncthreads();
+      const int stage = it % ST;
+      const uint4* tx = sx + stage * BM * 8;
+      const uint4* ta = sa + stage * NGP * 16 * 8;
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        uint32_t af[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+          ldmatrix_x4(af[mt], smem_u32(tx + swz(wm * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+#pragma unroll
+        for (int gw = 0; gw < NGW; ++gw) {
+          const int gi = wn + 4 * gw;
+          if (gi < ng) {
+            uint32_t bf[4];
+            const int mi = lane >> 3;
+            ldmatrix_x4(bf, smem_u32(ta + swz(gi * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1))));
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              MmaOp<T>::run(acc[mt][gw][0], af[mt], bf[0], bf[1]);
+              MmaOp<T>::run(acc[mt][gw][1], af[mt], bf[2], bf[3]);
+            }
+          }
+        }
+      }
+      if (it + ST - 1 < nkt) load_stage((it + ST - 1) % ST, kt0 + it + ST - 1);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the next pass's prologue overwrites the stages
+
+    if (split) pdl_wait();  // y zeroed by the primary before any atomic
+#pragma unroll
+    for (int gw = 0; gw < NGW; ++gw) {
+      const int gi = wn + 4 * gw;
+      if (gi >= ng) continue;
+      const int G = g0 + gi, s = G / CA, jb = (G - s * CA) * 16;
+      float* Ys = Y + int64_t(s) * p.T * R;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int tok = tokr[mt][c >> 1];
+            const int j = jb + h * 8 + 2 * q + (c & 1);
+            if (tok < 0 || j >= R) continue;
+            float* yp = Ys + int64_t(tok) * R + j;
+            if (split) {
+              if (j < r) atomicAdd(yp, acc[mt][gw][h][c] * p.scale);
+            } else {
+              *yp = j < r ? acc[mt][gw][h][c] * p.scale : 0.f;
+            }
+          }
+    }
+  }
+  if (split) return;
+  // Columns past the computed groups (and every column when nothing was computed): zeros.
+  const int zc0 = nkt > 0 ? min(CA * 16, R) : 0;
+  const int zw = R - zc0;
+  if (zw > 0) {
+    const int per = rows * zw;
+    for (int idx = tid; idx < S * per; idx += H::kFusedThreads) {
+      const int s = idx / per, rem = idx - s * per, row = rem / zw, j = zc0 + (rem - row * zw);
+      Y[(int64_t(s) * p.T + p.meta.sorted_token_ids[start + row]) * R + j] = 0.f;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- host side
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -327,31 +555,42 @@ void validate(const LoraShrinkArgs& a) {
 }
 
 template <class T, class TO, OutMode MODE>
-void launch_gemv_t(const ShrinkParams& p, bool vec, const H::GemvConfig& c, cudaStream_t st, bool pdl_primary) {
+void launch_gemv_t(const ShrinkParams& p, bool vec, const H::GemvConfig& c, cudaStream_t st, bool pdl_primary,
+                   bool pdl_secondary = false) {
   ShrinkParams q = p;
   q.kc = c.kc;
   q.nsplit = c.nsplit;
   q.nrowblk = c.nrowblk;
   dim3 grid(unsigned(c.nsplit * c.nrowblk), unsigned(p.L + 1), unsigned(p.S));
   (void)pdl_primary;
-  if (vec) shrink_gemv_kernel<T, TO, true, MODE><<<grid, H::kGemvThreads, 0, st>>>(q);
-  else shrink_gemv_kernel<T, TO, false, MODE><<<grid, H::kGemvThreads, 0, st>>>(q);
-  PUNICA_CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(H::kGemvThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_secondary ? 1 : 0;
+  if (vec) PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_gemv_kernel<T, TO, true, MODE>, q));
+  else PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_gemv_kernel<T, TO, false, MODE>, q));
 }
 
 template <class T, class TO>
-void launch_gemv_mode(const ShrinkParams& p, bool vec, bool atomic, const H::GemvConfig& c, cudaStream_t st) {
-  if (atomic) launch_gemv_t<T, float, OutMode::atomic_f32>(p, vec, c, st, false);
+void launch_gemv_mode(const ShrinkParams& p, bool vec, bool atomic, const H::GemvConfig& c, cudaStream_t st,
+                      bool pdl) {
+  if (atomic) launch_gemv_t<T, float, OutMode::atomic_f32>(p, vec, c, st, false, pdl);
   else launch_gemv_t<T, TO, OutMode::store>(p, vec, c, st, false);
 }
 
 template <class T>
-void launch_gemv_dispatch_out(const ShrinkParams& p, DType out, bool vec, cudaStream_t st) {
+void launch_gemv_dispatch_out(const ShrinkParams& p, DType out, bool vec, cudaStream_t st, bool pdl) {
   const bool atomic = out == DType::f32;
   const H::GemvConfig c = H::gemv_config(p.K, p.R, !atomic);
-  if (out == DType::f16) launch_gemv_mode<T, __half>(p, vec, atomic, c, st);
-  else if (out == DType::bf16) launch_gemv_mode<T, __nv_bfloat16>(p, vec, atomic, c, st);
-  else launch_gemv_mode<T, float>(p, vec, atomic, c, st);
+  if (out == DType::f16) launch_gemv_mode<T, __half>(p, vec, atomic, c, st, false);
+  else if (out == DType::bf16) launch_gemv_mode<T, __nv_bfloat16>(p, vec, atomic, c, st, false);
+  else launch_gemv_mode<T, float>(p, vec, atomic, c, st, pdl);
 }
 
 int num_sms_cached() {
@@ -400,29 +639,95 @@ void launch_mma(const ShrinkParams& p, bool vec, cudaStream_t st) {
   }
 }
 
-}  // namespace
+template <class T, int NGW, int ST>
+void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
+  static bool attr = [&] {
+    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)));
+    return true;
+  }();
+  (void)attr;
+  ShrinkParams q = p;
+  q.ktiles_per_split = c.ktiles_per_split;
+  const int64_t tiles = (p.T + H::kFusedBM - 1) / H::kFusedBM + p.L + 1;
+  PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(tiles), unsigned(c.ksplit), 1);
+  cfg.blockDim = dim3(H::kFusedThreads);
+  cfg.dynamicSmemBytes = c.smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = c.ksplit > 1 ? 1 : 0;  // split-K: PDL secondary of the zero kernel
+  PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_fused_kernel<T, NGW, ST>, q));
+}
 
-void launch_lora_shrink(const LoraShrinkArgs& a, cudaStream_t stream) {
+template <class T>
+void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
+  if (c.ngw == 1) launch_fused_t<T, 1, 4>(p, c, st);
+  else if (c.ngw == 2) launch_fused_t<T, 2, 4>(p, c, st);
+  else launch_fused_t<T, 3, 3>(p, c, st);
+}
+
+void launch_zero(float* y, int64_t n, cudaStream_t st) {
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n / 4 + 255) / 256, 4 * int64_t(num_sms_cached())));
+  shrink_zero_kernel<<<unsigned(blocks), 256, 0, st>>>(y, n);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_t stream) {
+  using K = detail::ShrinkKernel;
   validate(a);
   if (a.num_tokens == 0 || a.max_rank == 0) return;
-  const std::size_t ybytes = std::size_t(a.num_slices) * a.num_tokens * a.max_rank * dtype_size(a.out_dtype);
-  PUNICA_CUDA_CHECK(cudaMemsetAsync(a.y, 0, ybytes, stream));
-  if (a.max_loras == 0 || a.hidden == 0) return;
+  const int64_t n = int64_t(a.num_slices) * a.num_tokens * a.max_rank;
+  const std::size_t ybytes = std::size_t(n) * dtype_size(a.out_dtype);
+  if (a.max_loras == 0 || a.hidden == 0) {
+    PUNICA_CUDA_CHECK(cudaMemsetAsync(a.y, 0, ybytes, stream));
+    return;
+  }
   const ShrinkParams p = make_params(a);
   const bool vec = vec_ok(a, p);
+  const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;
+  const bool want_fused = kind == K::fused || kind == K::fused_nosplit ||
+                          (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank));
+  if (fused_ok && want_fused) {
+    const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, num_sms_cached(),
+                                             kind != K::fused_nosplit);
+    if (c.ksplit > 1) launch_zero(static_cast<float*>(a.y), n, stream);
+    if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);
+    else launch_fused<__half>(p, c, stream);
+    return;
+  }
+  // Atomic GEMV (fp32 y): zero kernel + PDL instead of the memset node, except for `legacy`.
+  const bool atomic_gemv = a.out_dtype == DType::f32 && !H::use_mma(a.dtype, a.out_dtype, a.num_tokens);
+  const bool pdl = atomic_gemv && kind != K::legacy;
+  if (pdl) launch_zero(static_cast<float*>(a.y), n, stream);
+  else PUNICA_CUDA_CHECK(cudaMemsetAsync(a.y, 0, ybytes, stream));
   if (H::use_mma(a.dtype, a.out_dtype, a.num_tokens)) {
     if (a.dtype == DType::bf16) launch_mma<__nv_bfloat16>(p, vec, stream);
     else launch_mma<__half>(p, vec, stream);
     return;
   }
   switch (a.dtype) {
-    case DType::f32: launch_gemv_dispatch_out<float>(p, a.out_dtype, vec, stream); break;
-    case DType::f16: launch_gemv_dispatch_out<__half>(p, a.out_dtype, vec, stream); break;
-    case DType::bf16: launch_gemv_dispatch_out<__nv_bfloat16>(p, a.out_dtype, vec, stream); break;
+    case DType::f32: launch_gemv_dispatch_out<float>(p, a.out_dtype, vec, stream, pdl); break;
+    case DType::f16: launch_gemv_dispatch_out<__half>(p, a.out_dtype, vec, stream, pdl); break;
+    case DType::bf16: launch_gemv_dispatch_out<__nv_bfloat16>(p, a.out_dtype, vec, stream, pdl); break;
   }
 }
 
+}  // namespace
+
+void launch_lora_shrink(const LoraShrinkArgs& a, cudaStream_t stream) {
+  launch_impl(a, detail::ShrinkKernel::automatic, stream);
+}
+
 namespace detail {
+
+void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream) {
+  launch_impl(a, k, stream);
+}
 
 int shrink_partials_nsplit(int64_t K) { return H::gemv_config(K, 1, false).nsplit; }
 

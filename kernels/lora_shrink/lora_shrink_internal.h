@@ -12,4 +12,12 @@ namespace punica::kernels::detail {
 int launch_shrink_partials(const LoraShrinkArgs& a, float* partials, cudaStream_t stream);
 int shrink_partials_nsplit(int64_t K);
 
+// Kernel choice for tests and benchmarks. automatic = launch_lora_shrink. legacy: memset of y, then
+// the per-slice mma tiles (prefill) or the atomic split-K GEMV (decode) as before the fused kernel.
+// fused / fused_nosplit: the fused prefill kernel (16-bit x, fp32 y, aligned rows) for any T, with
+// the automatic split-K choice / with split-K off (every y element written by the kernel);
+// other shapes fall back to the automatic path.
+enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit };
+void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
+
 }  // namespace punica::kernels::detail

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <cmath>
 #include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_shrink/lora_shrink_internal.h"
+#include <cstdio>
+#include <numeric>
 #include "kernels/lora_shrink/lora_test_util.h"
 #include "reference/lora_reference.h"
 
@@ -23,10 +26,11 @@ struct ShrinkCase {
   bool all_none = false;
   float scale = 0.5f;
   uint64_t seed = 1;
+  detail::ShrinkKernel kernel = detail::ShrinkKernel::automatic;
 };
 
 void run_case(const ShrinkCase& c) {
-  SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
+  SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " kernel=" + std::to_string(int(c.kernel)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
                " S=" + std::to_string(c.S) + " R=" + std::to_string(c.R));
   const int L = int(c.ranks.size());
   const int R = c.R ? c.R : *std::max_element(c.ranks.begin(), c.ranks.end());
@@ -69,7 +73,7 @@ void run_case(const ShrinkCase& c) {
   a.meta = dm.view();
   a.scale = c.scale;
   a.y = gy.ptr();
-  launch_lora_shrink(a, nullptr);
+  detail::launch_lora_shrink_with(a, c.kernel, nullptr);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -144,6 +148,143 @@ TEST(LoraShrink, AllTokensNone) {
   ShrinkCase c{DType::bf16, DType::f32, 7, 4096, 1, {16, 8}};
   c.all_none = true;
   run_case(c);
+}
+
+// Every kernel choice on the prefill / decode shapes (fused with and without split-K, legacy).
+TEST(LoraShrink, KernelVariants) {
+  using K = detail::ShrinkKernel;
+  for (K k : {K::legacy, K::fused, K::fused_nosplit}) {
+    for (int T : {1, 7, 300}) {
+      ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
+      c.kernel = k;
+      c.nan_pad = true;
+      run_case(c);
+    }
+    ShrinkCase c2{DType::f16, DType::f32, 300, 1024, 2, {512, 300, 0}};
+    c2.kernel = k;
+    run_case(c2);
+    ShrinkCase c3{DType::bf16, DType::f32, 300, 4096, 1, {16, 8, 0, 16}};
+    c3.kernel = k;
+    run_case(c3);
+    ShrinkCase c4{DType::bf16, DType::f32, 300, 2048, 8, {16, 8, 0, 16}};  // 8 slices: 2 passes
+    c4.kernel = k;
+    run_case(c4);
+    ShrinkCase c5{DType::bf16, DType::f32, 200, 4096, 1, {16, 8}};
+    c5.kernel = k;
+    c5.all_none = true;
+    run_case(c5);
+  }
+}
+
+// Large prefill: T ~ 8000, 3 slices, 32 adapters of mixed ranks (NaN padding), fused without split.
+TEST(LoraShrink, LargePrefillMixed) {
+  std::vector<int> ranks;
+  for (int l = 0; l < 32; ++l) ranks.push_back(l == 5 ? 0 : 1 + (l * 37) % 64);
+  ranks[0] = 64;
+  ShrinkCase c{DType::bf16, DType::f32, 8000, 4096, 3, ranks};
+  c.nan_pad = true;
+  run_case(c);
+  c.kernel = detail::ShrinkKernel::fused;  // same, forced
+  c.T = 7999;
+  c.dtype = DType::f16;
+  run_case(c);
+}
+
+// ---- perf: cold (256 MiB L2 flush before each launch) and back to back in a CUDA graph.
+struct PerfTimer {
+  cudaEvent_t a, b;
+  PerfTimer() { cudaEventCreate(&a); cudaEventCreate(&b); }
+  ~PerfTimer() { cudaEventDestroy(a); cudaEventDestroy(b); }
+};
+template <class F>
+double perf_cold_us(F&& f, DeviceBuffer& flush, int iters = 15) {
+  PerfTimer tm;
+  std::vector<float> v;
+  for (int i = 0; i < iters + 2; ++i) {
+    PUNICA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xff, flush.bytes(), nullptr));
+    cudaEventRecord(tm.a, nullptr);
+    f(cudaStream_t(nullptr));
+    cudaEventRecord(tm.b, nullptr);
+    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, tm.a, tm.b);
+    if (i >= 2) v.push_back(ms * 1000.f);
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+template <class F>
+double perf_graph_us(F&& f, int calls = 50) {
+  cudaStream_t st;
+  PUNICA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  PUNICA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) f(st);
+  PUNICA_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  cudaGraphExec_t ge;
+  PUNICA_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  PerfTimer tm;
+  std::vector<float> v;
+  for (int i = 0; i < 9; ++i) {
+    cudaEventRecord(tm.a, st);
+    PUNICA_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    cudaEventRecord(tm.b, st);
+    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, tm.a, tm.b);
+    if (i >= 2) v.push_back(ms * 1000.f / calls);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void perf_shrink(int T, int64_t H, int R, int L, int S) {
+  std::vector<int32_t> map(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) map[std::size_t(t)] = int32_t(hash_below(77, uint64_t(t), uint64_t(L)));
+  const HostMeta hm = build_meta(map, L);
+  DeviceMeta dm;
+  upload_meta(dm, hm);
+  std::vector<int32_t> ranks(std::size_t(L), R);
+  DeviceBuffer dranks(ranks.size() * 4);
+  dranks.upload(ranks.data(), ranks.size() * 4);
+  DeviceBuffer x = to_device(random_tensor(DType::bf16, std::size_t(T) * H, 1));
+  std::vector<DeviceBuffer> A;
+  for (int s = 0; s < S; ++s) A.push_back(to_device(random_tensor(DType::bf16, std::size_t(L) * R * H, 2 + s, 0.1f)));
+  DeviceBuffer y(std::size_t(S) * T * R * 4);
+  DeviceBuffer flush(std::size_t(256) << 20);
+  LoraShrinkArgs a;
+  a.dtype = DType::bf16; a.num_tokens = T; a.hidden = H; a.x = x.get(); a.x_row_stride = H;
+  a.num_slices = S; a.max_loras = L; a.max_rank = R; a.lora_ranks = dranks.as<int32_t>();
+  a.meta = dm.view(); a.y = y.get(); a.scale = 0.5f;
+  for (int s = 0; s < S; ++s) a.lora_a[s] = A[s].get();
+  const int active = hm.num_active;
+  const double floor_us = (double(active) * S * R * H * 2 + double(T) * H * 2 + double(S) * T * R * 4) / 4.2e12 * 1e6;
+  using K = detail::ShrinkKernel;
+  const std::pair<K, const char*> ks[] = {{K::legacy, "legacy"}, {K::automatic, "auto"}, {K::fused, "fused"},
+                                          {K::fused_nosplit, "fused_nosplit"}};
+  for (const auto& k : ks) {
+    auto f = [&](cudaStream_t st) { detail::launch_lora_shrink_with(a, k.first, st); };
+    for (int i = 0; i < 3; ++i) f(nullptr);
+    PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+    const double cold = perf_cold_us(f, flush), graph = perf_graph_us(f);
+    std::printf("SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d %-14s floor %7.2f us  cold %8.2f us (%3.0f%%)  graph %8.2f us (%3.0f%%)\n",
+                T, (long long)H, R, L, S, k.second, floor_us, cold, 100.0 * floor_us / cold, graph,
+                100.0 * floor_us / graph);
+  }
+}
+
+TEST(LoraShrinkPerf, DISABLED_Bf16) {
+  for (int T : {8192})
+    for (int R : {16, 64})
+      for (int L : {8, 32})
+        for (int S : {1, 3}) perf_shrink(T, 4096, R, L, S);
+  for (int T : {1, 64})
+    for (int S : {1, 3}) perf_shrink(T, 4096, 16, 8, S);
+  perf_shrink(2048, 4096, 16, 8, 3);
+  perf_shrink(4096, 4096, 64, 32, 3);
 }
 
 }  // namespace

@@ -158,6 +158,7 @@ class Gen {
 // batch in update_metadata, outside the layer forward).
 struct Meta {
   int mapping = -1, tlm, sorted, active, counts, start, nolora, nactive, ws;
+  std::size_t ws_bytes = 0;
   int64_t T = 0;
   int L = 0;
   kernels::LoraMetaArgs args(const std::vector<void*>& p) const {
@@ -172,6 +173,7 @@ struct Meta {
     a.no_lora_flag = static_cast<int32_t*>(p[nolora]);
     a.num_active = static_cast<int32_t*>(p[nactive]);
     a.workspace = p[ws];
+    a.workspace_bytes = ws_bytes;
     return a;
   }
   kernels::LoraMetaView view(const std::vector<void*>& p) const {
@@ -189,6 +191,13 @@ struct Meta {
 
 // Shared state and tensor helpers of every layer problem.
 class LayerProblem : public Problem {
+ public:
+  // Layer composites widen the op tolerance by 2 (DESIGN §6 allows a documented factor): the base
+  // output is rounded to 16 bits before the LoRA delta is added, as in vLLM, so when base and
+  // delta nearly cancel, a 1-ulp rounding difference of the (larger) base shows up relative to a
+  // small result. Seen on the H200: 2 of 917504 elements of a Llama-3-70B gate_up layer at 4 ulps.
+  double rtol() const override { return 2.0 * base_rtol(dtype); }
+
  public:
   LayerProblem(const Case& c, const BatchLayout& lay, const ProblemOptions& o, int tp_rank, bool request_level)
       : c_(c), g_(c, o), tp_(std::max(1, c.tp)), rho_(tp_rank) {
@@ -211,8 +220,8 @@ class LayerProblem : public Problem {
     meta_.start = mk("lora_token_start_loc", L_ + 2);
     meta_.nolora = mk("no_lora_flag", 1);
     meta_.nactive = mk("num_active", 1);
-    meta_.ws = scratch("meta_workspace",
-                       std::max<std::size_t>(16, kernels::lora_meta_workspace_bytes(std::max<int64_t>(T_, 1), L_)));
+    meta_.ws_bytes = std::max<std::size_t>(16, kernels::lora_meta_workspace_bytes(std::max<int64_t>(T_, 1), L_));
+    meta_.ws = scratch("meta_workspace", meta_.ws_bytes);
     mapping_tensor = meta_.mapping;
     for (int32_t s : map_)
       if (s >= 0) tokens_rank_ += slot_rank_[std::size_t(s)];
@@ -635,7 +644,7 @@ class RowLayer final : public LayerProblem {
   // Each rank's 16-bit partial output is rounded before the dtype all-reduce (vLLM reduces in the
   // model dtype), and the plain layer also rounds each rank's partial LoRA delta: the sum carries
   // up to tp extra roundings of partials of the output's size. Widen rtol by 2 for tp > 1.
-  double rtol() const override { return base_rtol(dtype) * (tp_ > 1 ? 2.0 : 1.0); }
+  double rtol() const override { return 2.0 * base_rtol(dtype) * (tp_ > 1 ? 2.0 : 1.0); }
 
   Work work() const override {
     Work w;
