@@ -101,32 +101,15 @@ class Builder {
   uint64_t case_hash_;
 };
 
-// Indices of the LoRAKernelMeta tensors of a problem.
-struct MetaIdx {
-  int mapping = -1, tlm, sorted, active, counts, start, nolora, nactive, ws;
-  std::size_t ws_bytes = 0;
-  kernels::LoraMetaArgs args(const std::vector<void*>& p, int64_t T, int L) const {
-    kernels::LoraMetaArgs a;
-    a.num_tokens = T; a.max_loras = L;
-    a.token_lora_mapping_in = static_cast<const int32_t*>(p[mapping]);
-    a.token_lora_mapping = static_cast<int32_t*>(p[tlm]);
-    a.sorted_token_ids = static_cast<int32_t*>(p[sorted]);
-    a.active_lora_ids = static_cast<int32_t*>(p[active]);
-    a.num_tokens_per_lora = static_cast<int32_t*>(p[counts]);
-    a.lora_token_start_loc = static_cast<int32_t*>(p[start]);
-    a.no_lora_flag = static_cast<int32_t*>(p[nolora]);
-    a.num_active = static_cast<int32_t*>(p[nactive]);
-    a.workspace = ws >= 0 ? p[ws] : nullptr;
-    a.workspace_bytes = ws >= 0 ? ws_bytes : 0;
-    return a;
-  }
-};
+using MetaIdx = MetaTensors;
 
 MetaIdx add_meta(Builder& b, const std::vector<int32_t>& mapping, int L, bool as_outputs,
                  std::size_t ws_bytes) {
   MetaIdx m;
   m.mapping = b.ints("token_lora_mapping_in", mapping);
   int64_t T = int64_t(mapping.size());
+  m.T = T;
+  m.L = L;
   auto mk = [&](const std::string& n, int64_t len) {
     if (!as_outputs) return b.scratch(n, std::size_t(std::max<int64_t>(len, 1)) * 4);
     std::vector<int32_t> poison(std::size_t(len), 0x7f7f7f7f);
@@ -144,17 +127,6 @@ MetaIdx add_meta(Builder& b, const std::vector<int32_t>& mapping, int L, bool as
   return m;
 }
 
-kernels::LoraMetaView meta_view(const MetaIdx& m, const std::vector<void*>& p) {
-  kernels::LoraMetaView v;
-  v.token_lora_mapping = static_cast<const int32_t*>(p[m.tlm]);
-  v.sorted_token_ids = static_cast<const int32_t*>(p[m.sorted]);
-  v.active_lora_ids = static_cast<const int32_t*>(p[m.active]);
-  v.num_tokens_per_lora = static_cast<const int32_t*>(p[m.counts]);
-  v.lora_token_start_loc = static_cast<const int32_t*>(p[m.start]);
-  v.no_lora_flag = static_cast<const int32_t*>(p[m.nolora]);
-  v.num_active = static_cast<const int32_t*>(p[m.nactive]);
-  return v;
-}
 
 // Per-slot token counts and the active adapters with their true ranks.
 struct ActiveSet {
@@ -183,9 +155,9 @@ class LoraMetaProblem final : public Problem {
     m_ = add_meta(b, lay.token_slot, L_, /*as_outputs=*/true, meta_ws_bytes(T_, L_));
     dtype = DType::f32;
   }
-  void run(Backend& be, const std::vector<void*>& p) override { be.lora_meta(m_.args(p, T_, L_)); }
+  void run(Backend& be, const std::vector<void*>& p) override { be.lora_meta(m_.args(p)); }
   void reference(const std::vector<void*>& p, bool naive) override {
-    auto a = m_.args(p, T_, L_);
+    auto a = m_.args(p);
     if (naive) ref::naive::lora_meta(a); else ref::lora_meta(a);
   }
   Work work() const override {
@@ -241,8 +213,8 @@ struct LoraCommon {
     }
     return g;
   }
-  void prepare_meta(Backend& be, const std::vector<void*>& p) const { be.lora_meta(meta.args(p, T, L)); }
-  void host_meta(const std::vector<void*>& p) const { ref::lora_meta(meta.args(p, T, L)); }
+  void prepare_meta(Backend& be, const std::vector<void*>& p) const { be.lora_meta(meta.args(p)); }
+  void host_meta(const std::vector<void*>& p) const { ref::lora_meta(meta.args(p)); }
 };
 
 // Mark rows of -1 tokens and columns outside [c0, c1) as must-keep in a [T, W] output.
@@ -275,7 +247,7 @@ class ShrinkProblem final : public Problem {
     a.x = p[x_]; a.x_row_stride = k_.K; a.num_slices = k_.S;
     for (int s = 0; s < k_.S; ++s) a.lora_a[s] = p[a_[s]];
     a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p);
-    a.meta = meta_view(k_.meta, p); a.scale = scale_; a.y = p[y_];
+    a.meta = k_.meta.view(p); a.scale = scale_; a.y = p[y_];
     return a;
   }
   void prepare(Backend& be, const std::vector<void*>& p) override { k_.prepare_meta(be, p); }
@@ -332,7 +304,7 @@ class ExpandProblem final : public Problem {
     kernels::LoraExpandArgs a;
     a.in_dtype = in_dtype_; a.dtype = dtype; a.num_tokens = k_.T; a.x = p[x_]; a.num_slices = k_.S;
     for (int s = 0; s < k_.S; ++s) { a.lora_b[s] = p[b_[s]]; a.slice_width[s] = k_.N[s]; }
-    a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = meta_view(k_.meta, p);
+    a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = k_.meta.view(p);
     a.y = p[y_]; a.y_row_stride = W_; a.offset_start = offset_; a.add_inputs = add_inputs_;
     return a;
   }
@@ -394,7 +366,7 @@ class LinearProblem final : public Problem {
     a.dtype = dtype; a.num_tokens = k_.T; a.hidden = k_.K; a.x = p[x_]; a.x_row_stride = k_.K;
     a.num_slices = k_.S;
     for (int s = 0; s < k_.S; ++s) { a.lora_a[s] = p[a_[s]]; a.lora_b[s] = p[b_[s]]; a.slice_width[s] = k_.N[s]; }
-    a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = meta_view(k_.meta, p);
+    a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = k_.meta.view(p);
     a.scale = scale_; a.y = p[y_]; a.y_row_stride = W_; a.add_inputs = add_inputs_; a.workspace = p[ws_];
     return a;
   }
@@ -455,7 +427,7 @@ class EmbeddingProblem final : public Problem {
     kernels::AddLoraEmbeddingArgs a;
     a.dtype = dtype; a.num_tokens = k_.T; a.token_ids = static_cast<const int32_t*>(p[ids_]);
     a.vocab_size = V_; a.embed_dim = D_; a.lora_a = p[a_]; a.lora_b = p[b_]; a.max_loras = k_.L;
-    a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = meta_view(k_.meta, p); a.y = p[y_];
+    a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = k_.meta.view(p); a.y = p[y_];
     a.y_row_stride = W_; a.add_inputs = add_inputs_;
     return a;
   }
@@ -514,7 +486,7 @@ class LogitsProblem final : public Problem {
     kernels::AddLoraLogitsArgs a;
     a.dtype = dtype; a.num_rows = k_.T; a.hidden = k_.K; a.x = p[x_]; a.x_row_stride = k_.K;
     a.lora_a = p[a_]; a.lora_b = p[b_]; a.vocab_size = V_; a.max_loras = k_.L; a.max_rank = k_.r;
-    a.lora_ranks = k_.ranks(p); a.meta = meta_view(k_.meta, p); a.scale = scale_; a.y = p[y_];
+    a.lora_ranks = k_.ranks(p); a.meta = k_.meta.view(p); a.scale = scale_; a.y = p[y_];
     a.y_row_stride = W_; a.workspace = p[ws_];
     return a;
   }
@@ -582,14 +554,14 @@ class FullLinearProblem final : public Problem {
     kernels::ApplyLoraFullLinearArgs a;
     a.dtype = dtype; a.num_rows = R_; a.in_features = in_; a.out_features = out_; a.x = p[x_];
     a.x_row_stride = in_; a.weight = p[w_]; a.bias = p[bias_];
-    a.module_enabled = static_cast<const int32_t*>(p[en_]); a.max_loras = L_; a.meta = meta_view(m_, p);
+    a.module_enabled = static_cast<const int32_t*>(p[en_]); a.max_loras = L_; a.meta = m_.view(p);
     a.y = p[y_]; a.y_row_stride = W_;
     return a;
   }
-  void prepare(Backend& be, const std::vector<void*>& p) override { be.lora_meta(m_.args(p, R_, L_)); }
+  void prepare(Backend& be, const std::vector<void*>& p) override { be.lora_meta(m_.args(p)); }
   void run(Backend& be, const std::vector<void*>& p) override { be.apply_lora_full_linear(args(p)); }
   void reference(const std::vector<void*>& p, bool naive) override {
-    ref::lora_meta(m_.args(p, R_, L_));
+    ref::lora_meta(m_.args(p));
     if (naive) ref::naive::apply_lora_full_linear(args(p)); else ref::apply_lora_full_linear(args(p));
   }
   Work work() const override {
@@ -642,6 +614,35 @@ const std::map<std::string, Factory>& registry() {
 }  // namespace
 
 double Problem::rtol() const { return default_rtol(dtype); }
+
+kernels::LoraMetaArgs MetaTensors::args(const std::vector<void*>& p) const {
+  kernels::LoraMetaArgs a;
+  a.num_tokens = T;
+  a.max_loras = L;
+  a.token_lora_mapping_in = static_cast<const int32_t*>(p[std::size_t(mapping)]);
+  a.token_lora_mapping = static_cast<int32_t*>(p[std::size_t(tlm)]);
+  a.sorted_token_ids = static_cast<int32_t*>(p[std::size_t(sorted)]);
+  a.active_lora_ids = static_cast<int32_t*>(p[std::size_t(active)]);
+  a.num_tokens_per_lora = static_cast<int32_t*>(p[std::size_t(counts)]);
+  a.lora_token_start_loc = static_cast<int32_t*>(p[std::size_t(start)]);
+  a.no_lora_flag = static_cast<int32_t*>(p[std::size_t(nolora)]);
+  a.num_active = static_cast<int32_t*>(p[std::size_t(nactive)]);
+  a.workspace = ws >= 0 ? p[std::size_t(ws)] : nullptr;
+  a.workspace_bytes = ws >= 0 ? ws_bytes : 0;
+  return a;
+}
+
+kernels::LoraMetaView MetaTensors::view(const std::vector<void*>& p) const {
+  kernels::LoraMetaView v;
+  v.token_lora_mapping = static_cast<const int32_t*>(p[std::size_t(tlm)]);
+  v.sorted_token_ids = static_cast<const int32_t*>(p[std::size_t(sorted)]);
+  v.active_lora_ids = static_cast<const int32_t*>(p[std::size_t(active)]);
+  v.num_tokens_per_lora = static_cast<const int32_t*>(p[std::size_t(counts)]);
+  v.lora_token_start_loc = static_cast<const int32_t*>(p[std::size_t(start)]);
+  v.no_lora_flag = static_cast<const int32_t*>(p[std::size_t(nolora)]);
+  v.num_active = static_cast<const int32_t*>(p[std::size_t(nactive)]);
+  return v;
+}
 
 std::unique_ptr<Problem> make_problem(const Case& c, const ProblemOptions& o) {
   auto it = registry().find(c.op);

@@ -35,6 +35,18 @@ struct HostTensor {
   std::size_t bytes() const { return role == Role::scratch ? scratch_bytes : numel() * elem_bytes(); }
 };
 
+// Indices (into Problem::tensors) of the LoRAKernelMeta tensors of a problem, and the Args/View
+// built from a set of pointers. Shared by the op problems and the layers.
+struct MetaTensors {
+  int mapping = -1, tlm = -1, sorted = -1, active = -1, counts = -1, start = -1, nolora = -1,
+      nactive = -1, ws = -1;
+  std::size_t ws_bytes = 0;
+  int64_t T = 0;
+  int L = 0;
+  kernels::LoraMetaArgs args(const std::vector<void*>& p) const;
+  kernels::LoraMetaView view(const std::vector<void*>& p) const;
+};
+
 struct Work {
   double bytes = 0;   // bytes that must move (DESIGN §7 formulas, true ranks, active adapters)
   double flops = 0;

@@ -83,11 +83,14 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   const int64_t ktiles = std::max<int64_t>(1, (K + 63) / 64);
   const int64_t tiles = (T + kFusedBM - 1) / kFusedBM;
   int64_t ks = 1;
-  // ncu on the H200 (T=8192, qkv r=16, 32 adapters): without split-K the grid was 161 blocks,
-  // 12.5% achieved occupancy and 46% of DRAM bandwidth (37 us). The smem allows 3 blocks per SM,
-  // so split K until the grid fills them (about 3 blocks per SM).
-  if (allow_split && tiles < 3 * int64_t(num_sms)) {
-    ks = (3 * int64_t(num_sms) + tiles - 1) / std::max<int64_t>(tiles, 1);
+  // Under ~0.9 wave of token tiles: split K to ~2 blocks per SM (measured best at T=2048: a finer
+  // split, 13-way, was 10-25% slower there for r=64, git c8d63ac). From ~1 to 3 waves of tiles:
+  // ncu on the H200 (T=8192, qkv r=16, 32 adapters) showed 161 blocks, 12.5% achieved occupancy
+  // and 46% of DRAM bandwidth without split-K; splitting until ~3 blocks per SM (the smem limit)
+  // made T=8192 up to 1.24x faster (git c8d63ac, results/h200/bench_lora_ops_prefill.json).
+  const int64_t target = tiles * 10 < int64_t(num_sms) * 9 ? 2 * int64_t(num_sms) : 3 * int64_t(num_sms);
+  if (allow_split && tiles < target) {
+    ks = (target + tiles - 1) / std::max<int64_t>(tiles, 1);
     ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / 4));
     ks = std::max<int64_t>(1, std::min<int64_t>(ks, 16));
   }

@@ -156,38 +156,7 @@ class Gen {
 
 // Indices of the LoRAKernelMeta tensors (scratch; computed by prepare(), as vLLM does once per
 // batch in update_metadata, outside the layer forward).
-struct Meta {
-  int mapping = -1, tlm, sorted, active, counts, start, nolora, nactive, ws;
-  std::size_t ws_bytes = 0;
-  int64_t T = 0;
-  int L = 0;
-  kernels::LoraMetaArgs args(const std::vector<void*>& p) const {
-    kernels::LoraMetaArgs a;
-    a.num_tokens = T; a.max_loras = L;
-    a.token_lora_mapping_in = static_cast<const int32_t*>(p[mapping]);
-    a.token_lora_mapping = static_cast<int32_t*>(p[tlm]);
-    a.sorted_token_ids = static_cast<int32_t*>(p[sorted]);
-    a.active_lora_ids = static_cast<int32_t*>(p[active]);
-    a.num_tokens_per_lora = static_cast<int32_t*>(p[counts]);
-    a.lora_token_start_loc = static_cast<int32_t*>(p[start]);
-    a.no_lora_flag = static_cast<int32_t*>(p[nolora]);
-    a.num_active = static_cast<int32_t*>(p[nactive]);
-    a.workspace = p[ws];
-    a.workspace_bytes = ws_bytes;
-    return a;
-  }
-  kernels::LoraMetaView view(const std::vector<void*>& p) const {
-    kernels::LoraMetaView v;
-    v.token_lora_mapping = static_cast<const int32_t*>(p[tlm]);
-    v.sorted_token_ids = static_cast<const int32_t*>(p[sorted]);
-    v.active_lora_ids = static_cast<const int32_t*>(p[active]);
-    v.num_tokens_per_lora = static_cast<const int32_t*>(p[counts]);
-    v.lora_token_start_loc = static_cast<const int32_t*>(p[start]);
-    v.no_lora_flag = static_cast<const int32_t*>(p[nolora]);
-    v.num_active = static_cast<const int32_t*>(p[nactive]);
-    return v;
-  }
-};
+using Meta = MetaTensors;
 
 // Shared state and tensor helpers of every layer problem.
 class LayerProblem : public Problem {
