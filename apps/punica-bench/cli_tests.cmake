@@ -44,6 +44,8 @@ add_test(NAME cli_results_roundtrip COMMAND bash -c "
   grep -q '\"benchmarks\"' ${TMPD}/g.json
   ${PB} export ${TMPD}/a.json --format csv | grep -q '^id,op,status'
   ${PB} export ${TMPD}/a.json --format md | grep -q '^| id'
+  ${PB} export ${TMPD}/a.json --format bmf | grep -q latency
+  ${PB} export ${TMPD}/a.json --format gha-time | grep -q unit
   ${PB} compare ${TMPD}/a.json ${TMPD}/a.json --threshold 1000 | grep -q 'regressions 0'
   ${EXPECT} 2 'schema' -- ${PB} compare ${TMPD}/g.json ${TMPD}/a.json
 ")

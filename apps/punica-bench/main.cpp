@@ -291,9 +291,12 @@ int main(int argc, char** argv) {
   compare->add_option("--threshold", threshold, "Slowdown in percent that counts as a regression (default 5)");
   std::string exp_in, exp_fmt = "gbench", exp_out = "-";
   bool exp_overwrite = false;
-  auto* exportc = app.add_subcommand("export", "Convert a result JSON to gbench (Google Benchmark JSON), csv or md");
+  auto* exportc = app.add_subcommand("export", "Convert a result JSON for dashboards: gbench, csv, md, bmf, gha-time, gha-throughput");
   exportc->add_option("result", exp_in, "Result JSON")->required();
-  exportc->add_option("--format", exp_fmt, "gbench | csv | md")->check(CLI::IsMember({"gbench", "csv", "md"}));
+  exportc->add_option("--format", exp_fmt,
+                      "gbench (Google Benchmark JSON) | csv | md | bmf (Bencher Metric Format) | "
+                      "gha-time / gha-throughput (github-action-benchmark custom arrays)")
+      ->check(CLI::IsMember({"gbench", "csv", "md", "bmf", "gha-time", "gha-throughput"}));
   exportc->add_option("-o,--output", exp_out, "Output file ('-' = stdout)");
   exportc->add_flag("--overwrite", exp_overwrite, "Replace an existing output file");
 
@@ -319,7 +322,11 @@ int main(int argc, char** argv) {
     }
     if (*exportc) {
       auto doc = load_result(exp_in);
-      std::string text = exp_fmt == "gbench" ? export_gbench(doc) : exp_fmt == "csv" ? export_csv(doc) : export_md(doc);
+      std::string text = exp_fmt == "gbench"   ? export_gbench(doc)
+                         : exp_fmt == "csv"    ? export_csv(doc)
+                         : exp_fmt == "md"     ? export_md(doc)
+                         : exp_fmt == "bmf"    ? export_bmf(doc)
+                                               : export_gha(doc, exp_fmt == "gha-time");
       if (exp_out == "-") std::cout << text;
       else {
         PUNICA_REQUIRE(exp_overwrite || !std::ifstream(exp_out), ErrorKind::usage,

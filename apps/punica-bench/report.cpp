@@ -219,6 +219,41 @@ std::string export_md(const nlohmann::json& doc) {
   return o.str();
 }
 
+std::string export_bmf(const nlohmann::json& doc) {
+  nlohmann::json out = nlohmann::json::object();
+  for (auto& r : doc["cases"]) {
+    if (r.value("status", "") != "pass") continue;
+    const auto& t = at(r, {"timing", "time_us"});
+    if (!t.is_object()) continue;
+    nlohmann::json m;
+    m["latency"] = {{"value", t["median"].get<double>() * 1e3}, {"lower_value", t["p10"].get<double>() * 1e3},
+                    {"upper_value", t["p90"].get<double>() * 1e3}};
+    if (at(r, {"metrics", "tokens_per_s"}).is_number()) m["throughput"] = {{"value", at(r, {"metrics", "tokens_per_s"})}};
+    if (at(r, {"metrics", "floor_fraction"}).is_number())
+      m["floor_fraction"] = {{"value", at(r, {"metrics", "floor_fraction"})}};
+    out[r.value("id", "")] = m;
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string export_gha(const nlohmann::json& doc, bool time) {
+  nlohmann::json out = nlohmann::json::array();
+  std::string gpu = doc["devices"].empty() ? "" : doc["devices"][0].value("name", "");
+  for (auto& r : doc["cases"]) {
+    if (r.value("status", "") != "pass") continue;
+    const auto& t = at(r, {"timing", "time_us"});
+    if (!t.is_object()) continue;
+    std::string extra = "p10 " + num(t["p10"]) + " us, p90 " + num(t["p90"]) + " us; " + gpu + "; tp " +
+                        num(at(r, {"params", "tp"}));
+    if (time)
+      out.push_back({{"name", r["id"]}, {"unit", "us"}, {"value", t["median"]},
+                     {"range", "± " + num(t.value("stdev", nlohmann::json()))}, {"extra", extra}});
+    else if (at(r, {"metrics", "gb_per_s"}).is_number())
+      out.push_back({{"name", r["id"]}, {"unit", "GB/s"}, {"value", at(r, {"metrics", "gb_per_s"})}, {"extra", extra}});
+  }
+  return out.dump(2) + "\n";
+}
+
 CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, double threshold_pct) {
   CompareReport rep;
   std::map<std::string, const nlohmann::json*> base;

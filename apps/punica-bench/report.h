@@ -18,6 +18,11 @@ std::string format_table(const nlohmann::json& doc);
 std::string export_gbench(const nlohmann::json& doc);
 std::string export_csv(const nlohmann::json& doc);
 std::string export_md(const nlohmann::json& doc);
+// Bencher Metric Format: {id: {latency: {value, lower_value, upper_value} (ns), throughput: {value}}}.
+std::string export_bmf(const nlohmann::json& doc);
+// github-action-benchmark customSmallerIsBetter (time, µs) / customBiggerIsBetter (GB/s) arrays;
+// failed and skipped cases are omitted (the action charts values blindly).
+std::string export_gha(const nlohmann::json& doc, bool time);
 
 struct CompareReport {
   std::string text;

@@ -103,6 +103,18 @@ TEST(Exporters, CsvAndMarkdown) {
   std::string md = export_md(doc_with(3));
   EXPECT_NE(md.find("| `n/lora_shrink/x=1` | pass |"), std::string::npos);
 }
+TEST(Exporters, BencherAndGithubActionBenchmark) {
+  auto bmf = nlohmann::json::parse(export_bmf(doc_with(12.5)));
+  EXPECT_DOUBLE_EQ(bmf["n/lora_shrink/x=1"]["latency"]["value"].get<double>(), 12500.0);
+  EXPECT_TRUE(nlohmann::json::parse(export_bmf(doc_with(12.5, "fail"))).empty());
+  auto gt = nlohmann::json::parse(export_gha(doc_with(12.5), true));
+  ASSERT_EQ(gt.size(), 1u);
+  EXPECT_EQ(gt[0]["unit"], "us");
+  EXPECT_DOUBLE_EQ(gt[0]["value"].get<double>(), 12.5);
+  auto gb = nlohmann::json::parse(export_gha(doc_with(12.5), false));
+  EXPECT_EQ(gb[0]["unit"], "GB/s");
+  EXPECT_TRUE(nlohmann::json::parse(export_gha(doc_with(1, "fail"), true)).empty());
+}
 TEST(Compare, DetectsSlowdownAndBrokenCases) {
   EXPECT_EQ(compare_results(doc_with(10), doc_with(10.2), 5).regressions, 0);
   EXPECT_EQ(compare_results(doc_with(10), doc_with(12), 5).regressions, 1);

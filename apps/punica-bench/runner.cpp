@@ -403,6 +403,7 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
                    {"time_us", {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min},
                                 {"max", s.max}, {"mean", s.mean}, {"stdev", s.stdev}}},
                    {"cv_pct", s.mean > 0 ? 100.0 * s.stdev / s.mean : 0.0},
+                   {"noisy", s.mean > 0 && 100.0 * s.stdev / s.mean > 5.0},
                    {"batch_time_us", batch >= 0 ? nlohmann::json(batch) : nlohmann::json(nullptr)},
                    {"batch_mode", be_.name() == "cuda" ? "cuda_graph" : "loop"},
                    {"batch_calls", calls}};
