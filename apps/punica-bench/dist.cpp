@@ -102,9 +102,6 @@ void Dist::allreduce_max_inplace(std::vector<double>& v) const {
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
             "MPI_Allreduce");
 }
-void Dist::bcast(void* data, std::size_t bytes, int root) const {
-  mpi_check(MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
-}
 std::vector<std::string> Dist::gather_strings(const std::string& s) const {
   int n = int(s.size());
   std::vector<int> lens(size_);
@@ -145,10 +142,6 @@ void Dist::group_all_gather_f32(const float* in, float* out, std::size_t count, 
 void Dist::group_all_reduce_sum_f32(float* inout, std::size_t count, int group_size) const {
   MPI_Comm c = *static_cast<MPI_Comm*>(group_comm(group_size));
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, inout, int(count), MPI_FLOAT, MPI_SUM, c), "MPI_Allreduce");
-}
-void Dist::group_all_reduce_sum_f64(double* inout, std::size_t count, int group_size) const {
-  MPI_Comm c = *static_cast<MPI_Comm*>(group_comm(group_size));
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, inout, int(count), MPI_DOUBLE, MPI_SUM, c), "MPI_Allreduce");
 }
 void Dist::group_bcast(void* data, std::size_t bytes, int group_size) const {
   MPI_Comm c = *static_cast<MPI_Comm*>(group_comm(group_size));

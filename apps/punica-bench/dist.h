@@ -29,7 +29,6 @@ class Dist {
   double allreduce_max(double v) const;
   double allreduce_sum(double v) const;
   void allreduce_max_inplace(std::vector<double>& v) const;
-  void bcast(void* data, std::size_t bytes, int root = 0) const;
   std::vector<std::string> gather_strings(const std::string& s) const;  // rank 0 gets all
   void barrier() const;
 
@@ -37,7 +36,6 @@ class Dist {
   // fp32 all-gather: each rank contributes `count` floats; out has group_size*count floats.
   void group_all_gather_f32(const float* in, float* out, std::size_t count, int group_size) const;
   void group_all_reduce_sum_f32(float* inout, std::size_t count, int group_size) const;
-  void group_all_reduce_sum_f64(double* inout, std::size_t count, int group_size) const;
   void group_bcast(void* data, std::size_t bytes, int group_size) const;  // from group rank 0
 
   // Ends every rank now with `code` after printing `msg` (to stderr, prefixed with the rank).

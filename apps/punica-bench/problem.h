@@ -77,7 +77,7 @@ class Problem {
   virtual Work work() const = 0;
   virtual Baseline baseline() const { return {}; }
   virtual double rtol() const;
-  virtual std::string describe() const { return ""; }  // shapes, for -vv
+  virtual std::string describe() const { return ""; }  // one line for -v (besides the tensor shapes)
 
   // Layer cases: parts of the forward timed like run() over the same rotated copies, reported as
   // timing.<name>_us ("base" = base GEMM alone, "lora" = the LoRA part with its collectives, and

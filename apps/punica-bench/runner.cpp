@@ -275,6 +275,17 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   po.exact = opt_.exact;
   auto prob = make_problem(c, po);
   auto& P = *prob;
+  if (opt_.verbose >= 1 && (!dist_ || dist_->rank() == 0)) {
+    std::string d = P.describe();
+    if (!d.empty()) std::fprintf(stderr, "         %s\n", d.c_str());
+    for (const auto& t : P.tensors) {
+      if (t.role == Role::scratch) continue;
+      std::string shape;
+      for (auto x : t.shape) shape += (shape.empty() ? "" : "x") + std::to_string(x);
+      std::fprintf(stderr, "         %-7s %-26s %-5s [%s]\n", t.role == Role::output ? "output" : "input",
+                   t.name.c_str(), t.is_int ? "int32" : kernels::dtype_name(t.dtype), shape.c_str());
+    }
+  }
 
   // ---------------- check ----------------
   DeviceSet dev = upload_set(be_, P, /*guards=*/true);
