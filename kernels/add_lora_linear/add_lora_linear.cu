@@ -1,13 +1,17 @@
 // vLLM add_lora_linear: y[t, c_s : c_s + N_s] (+)= scale * B_s[l] @ round_w(A_s[l] @ x[t]).
-// Decode: split-K shrink partials -> (PDL) expand summing them, two kernels and no memset.
+// Decode: the one-kernel shrink (every element of the fp32 workspace written, no memset, no
+// atomics) -> (PDL) the decode expand reading it.
 // Prefill: the shrink (mma) into the fp32 workspace, then the expand (mma) reading it.
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/add_lora_linear/heuristics.h"
 #include "kernels/common/error.h"
 #include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_expand/expand_decode.h"
+#include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_shrink.h"
 #include "kernels/lora_shrink/lora_shrink_internal.h"
+#include "kernels/lora_shrink/shrink_decode.h"
 
 namespace punica::kernels {
 
@@ -57,9 +61,19 @@ void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
   ea.offset_start = 0;
   ea.add_inputs = a.add_inputs;
 
-  if (linear_heur::use_partials(a.num_tokens)) {
+  if (linear_heur::use_partials(a.num_tokens) &&
+      linear_heur::use_split_partials(a.num_tokens, a.max_loras, a.max_rank, a.hidden, a.num_slices)) {
     const int nsplit = detail::launch_shrink_partials(sa, static_cast<float*>(a.workspace), stream);
     detail::launch_expand_from_partials(ea, static_cast<const float*>(a.workspace), nsplit, stream);
+  } else if (linear_heur::use_partials(a.num_tokens)) {
+    // Both kernels are programmatic dependents: each one's launch overlaps its predecessor's tail
+    // and waits (griddepcontrol.wait) before touching memory.
+    detail::launch_shrink_decode(sa, stream);
+    if (a.max_rank <= expand_heur::kDecMaxRank) {
+      detail::launch_expand_decode(ea, stream);
+    } else {
+      launch_lora_expand(ea, stream);
+    }
   } else {
     launch_lora_shrink(sa, stream);
     launch_lora_expand(ea, stream);

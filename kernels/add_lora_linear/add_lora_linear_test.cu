@@ -149,6 +149,22 @@ TEST(AddLoraLinear, NanPadding) {
   }
 }
 
+std::vector<int> many_ranks() {  // 40 slots: mixed true ranks, empty slots, rank 1
+  const int pat[6] = {16, 64, 8, 0, 33, 1};
+  std::vector<int> r;
+  for (int i = 0; i < 40; ++i) r.push_back(pat[i % 6]);
+  return r;
+}
+TEST(AddLoraLinear, DecodeManyAdapters) {
+  for (int T : {16, 64, 128}) {
+    LinearCase c{DType::bf16, T, 4096, {4096, 1024, 1024}, many_ranks()};
+    c.nan_pad = true;
+    run_case(c);
+    run_case({DType::bf16, T, 2049, {1000}, {64, 16}, false});
+  }
+  // 8 tokens per adapter at T = 64, r <= 16: the split-K partials path.
+  run_case({DType::bf16, 64, 4096, {1024, 256}, {16, 8, 0, 16, 16, 5, 12, 1}});
+}
 // ------------------------------------------------------------------------------------ timing
 // blocked: token t uses adapter t * L / T (requests contiguous, as in vLLM prefill) instead of a
 // random adapter per token; separates the kernels' cost from that of the scattered row gather.
@@ -270,14 +286,11 @@ void perf_shape(const PerfShape& p) {
                 p.blocked ? "[blocked]" : "", p.T, (long long)p.H, R, L, active, S, (long long)total, r.name, r.floor, r.cold,
                 100.0 * r.floor / r.cold, r.graph, 2.5 + r.floor / 0.8);
   if (p.T > 128) {
-    // Each prefill (mma) expand kernel alone: fragment epilogue, staged (2 / 3 blocks per SM),
-    // persistent pipelined (128 x 128 and 64 x 256 tiles).
+    // Each prefill (mma) expand kernel alone: pipelined, streaming, staged.
     using K = detail::ExpandPrefillKernel;
-    const std::pair<K, const char*> ks[] = {{K::mma_fragment, "expand[fragment]"},
-                                            {K::mma_staged, "expand[staged]"},
-                                            {K::mma_staged3, "expand[staged3]"},
-                                            {K::mma_persistent, "expand[persist]"},
-                                            {K::mma_persistent_wide, "expand[pers64x256]"}};
+    const std::pair<K, const char*> ks[] = {{K::mma_pipe, "expand[pipe]"},
+                                            {K::mma_stream, "expand[stream]"},
+                                            {K::mma_staged, "expand[staged]"}};
     for (const auto& k : ks) {
       auto f = [&](cudaStream_t st) { detail::launch_lora_expand_with(ea, k.first, st); };
       for (int i = 0; i < 3; ++i) f(nullptr);

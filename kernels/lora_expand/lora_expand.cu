@@ -11,6 +11,8 @@
 #include <type_traits>
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
+#include "kernels/lora_expand/expand_decode.h"
+#include "kernels/lora_expand/expand_stream.cuh"
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
@@ -169,140 +171,6 @@ template <> struct Pair<__half> {
 };
 
 // grid (ceil(max N / 128), flat token tiles bound, S). 4 warps as 2 x 2, each 32 tokens x 64 cols.
-template <class T, class TI, bool VECB>
-__global__ void __launch_bounds__(H::kMmaThreads) expand_mma_kernel(ExpandParams p) {
-  constexpr int BM = H::kMmaBM, BN = H::kMmaBN, BK = H::kMmaBK;
-  __shared__ __align__(128) uint4 sx[BM * 8];
-  __shared__ __align__(128) uint4 sb[BN * 8];
-  __shared__ int stok[BM];
-  if (*p.meta.no_lora_flag) return;
-  const int s = blockIdx.z;
-  const int64_t Ns = p.n[s];
-  const int64_t n0 = int64_t(blockIdx.x) * BN;
-  if (n0 >= Ns) return;
-  int entry, tile;
-  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile)) return;
-  const int l = p.meta.active_lora_ids[entry];
-  const int r = p.ranks[l];
-  const int ntok = p.meta.num_tokens_per_lora[entry];
-  const int m0 = tile * BM;
-  const int rows = min(BM, ntok - m0);
-  const int start = p.meta.lora_token_start_loc[entry] + m0;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wm = warp >> 1, wn = warp & 1;
-  const T* B = static_cast<const T*>(p.b[s]) + (int64_t(l) * Ns + n0) * p.R;
-  const int64_t nvalid = Ns - n0 < BN ? Ns - n0 : int64_t(BN);
-  if (tid < BM) stok[tid] = tid < rows ? p.meta.sorted_token_ids[start + tid] : -1;
-  __syncthreads();
-  const int g = lane >> 2, q = lane & 3;
-  T* Y = static_cast<T*>(p.y) + p.col[s] + n0;
-  // The y values this thread updates, loaded before the products so their latency overlaps.
-  uint32_t yv[2][2][8];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int t = stok[wm * 32 + mi * 16 + g + 8 * h];
-#pragma unroll
-      for (int ni = 0; ni < 8; ++ni) {
-        const int col = wn * 64 + ni * 8 + 2 * q;
-        yv[mi][h][ni] = 0u;
-        if (p.add && p.pair_ok && t >= 0 && col + 1 < nvalid)
-          yv[mi][h][ni] = *reinterpret_cast<const uint32_t*>(Y + int64_t(t) * p.ldy + col);
-      }
-    }
-
-  float acc[2][8][4];
-#pragma unroll
-  for (int a = 0; a < 2; ++a)
-#pragma unroll
-    for (int b = 0; b < 8; ++b)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
-
-  for (int k0 = 0; k0 < max(r, 1); k0 += BK) {
-    if (k0 > 0) __syncthreads();
-    // B tile: rows n, chunks of 8 ranks; never reads ranks >= r.
-#pragma unroll
-    for (int i = 0; i < BN * 8 / H::kMmaThreads; ++i) {
-      const int row = (tid >> 3) + 16 * i, ch = tid & 7;
-      const int k = k0 + ch * 8;
-      const T* src = B + int64_t(row) * p.R + k;
-      if (VECB && row < nvalid && k + 8 <= r) {
-        cp_async16(smem_u32(sb + swz(row, ch)), src, 16);
-      } else {
-        __align__(16) T v[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = (row < nvalid && k + e < r) ? src[e] : from_f<T>(0.f);
-        sb[swz(row, ch)] = *reinterpret_cast<const uint4*>(v);
-      }
-    }
-    cp_async_commit();
-    // x tile, rounded to T: 4 consecutive ranks per thread, 16 threads per row (coalesced).
-    {
-      uint2* sx2 = reinterpret_cast<uint2*>(sx);
-#pragma unroll
-      for (int i = 0; i < BM * 16 / H::kMmaThreads; ++i) {
-        const int idx = tid + i * H::kMmaThreads;
-        const int row = idx >> 4, quad = idx & 15;
-        const int t = stok[row];
-        __align__(8) T v[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int k = k0 + quad * 4 + e;
-          v[e] = from_f<T>((t >= 0 && k < r) ? load_x<T, TI, false>(p, s, t, k) : 0.f);
-        }
-        sx2[swz(row, quad >> 1) * 2 + (quad & 1)] = *reinterpret_cast<const uint2*>(v);
-      }
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-    const int nks = min(BK / 16, (r - k0 + 15) / 16);
-    for (int kk = 0; kk < nks; ++kk) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-        ldmatrix_x4(af[mi], smem_u32(sx + swz(wm * 32 + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))));
-#pragma unroll
-      for (int pn = 0; pn < 4; ++pn) {
-        const int mi8 = lane >> 3;
-        uint32_t bf[4];
-        ldmatrix_x4(bf, smem_u32(sb + swz(wn * 64 + pn * 16 + (mi8 >> 1) * 8 + (lane & 7), kk * 2 + (mi8 & 1))));
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          MmaOp<T>::run(acc[mi][2 * pn], af[mi], bf[0], bf[1]);
-          MmaOp<T>::run(acc[mi][2 * pn + 1], af[mi], bf[2], bf[3]);
-        }
-      }
-    }
-  }
-
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wm * 32 + mi * 16 + g + 8 * h;
-      const int t = stok[row];
-      if (t < 0) continue;
-      T* yrow = Y + int64_t(t) * p.ldy;
-#pragma unroll
-      for (int ni = 0; ni < 8; ++ni) {
-        const int col = wn * 64 + ni * 8 + 2 * q;
-        if (col >= nvalid) continue;
-        const float v0 = round_to<T>(acc[mi][ni][2 * h]);
-        const float v1 = round_to<T>(acc[mi][ni][2 * h + 1]);
-        T* yp = yrow + col;
-        if (p.pair_ok && col + 1 < nvalid) {
-          const float2 o = Pair<T>::load(&yv[mi][h][ni]);
-          Pair<T>::store(yp, o.x + v0, o.y + v1);
-        } else {
-          yp[0] = from_f<T>(p.add ? to_f<T>(yp[0]) + v0 : v0);
-          if (col + 1 < nvalid) yp[1] = from_f<T>(p.add ? to_f<T>(yp[1]) + v1 : v1);
-        }
-      }
-    }
-}
-
 // ---------------------------------------------------------------- staged mma.sync tiles (prefill)
 // grid (ceil(max N / BN), flat token tiles bound, S); block = BM tokens of one adapter (gathered
 // through sorted_token_ids) x BN columns of one slice, 8 warps as 4 x 2 (32 tokens x 64 cols each).
@@ -486,356 +354,6 @@ __global__ void __launch_bounds__(H::kStThreads, MINB) expand_mma_staged_kernel(
   }
 }
 
-// ---------------------------------------------------------------- persistent pipelined mma (prefill)
-// One block of 256 threads per SM walks a contiguous range of tiles; tile = (adapter entry, BM-token
-// chunk, slice, BN-column chunk), columns fastest so that consecutive tiles of a block gather the
-// same token rows. Per tile: token ids -> y tile (cp.async 16 B into a ring of NS shared stages) and
-// x / B of the whole rank (cp.async, one buffer, zero-filled past the adapter's rank) -> mma.sync ->
-// rounded products added into the y stage -> 16-byte coalesced stores.
-// Issue is split by role so that each thread's cp.async FIFO holds one kind of traffic: warps
-// 0..3 issue only y tiles (tile i + NS - 1 is issued while tile i is computed, NS - 1 tiles in
-// flight), warps 4..7 issue x / B of tile i + 1 (after tile i's products) and the token ids of tile
-// i + NS. Thread 0 decodes the tile sequence one step ahead into a small ring of descriptors.
-struct PsArgs {
-  int ns;  // y stages
-  int rk;  // staged rank (max_rank rounded up to 16)
-  int nc;  // column tiles over all slices
-};
-struct PsLayout {
-  int xp, bp;  // x / B row pitch in elements
-  unsigned y_off, x_off, b_off, tok_off, desc_off, cur_off, total;
-};
-__host__ __device__ inline unsigned ps_align(unsigned v) { return (v + 127u) & ~127u; }
-__host__ __device__ inline PsLayout ps_layout(int bm, int bn, int ns, int rk, int ti_size) {
-  PsLayout L;
-  L.xp = rk + 8;
-  L.bp = rk + 8;
-  L.y_off = 0;
-  L.x_off = ps_align(L.y_off + unsigned(ns) * bm * (bn + 8) * 2u);
-  L.b_off = ps_align(L.x_off + unsigned(bm) * L.xp * ti_size);
-  L.tok_off = ps_align(L.b_off + unsigned(bn) * L.bp * 2u);
-  L.desc_off = ps_align(L.tok_off + unsigned(ns + 1) * bm * 4u);
-  L.cur_off = ps_align(L.desc_off + unsigned(ns + 2) * 8u * 4u);
-  L.total = ps_align(L.cur_off + 16u * 4u);
-  return L;
-}
-
-// Tile descriptor (8 ints in shared memory).
-enum { kDValid, kDSlice, kDN0, kDNvalid, kDLora, kDRank, kDTStart, kDRows };
-// Tile cursor of thread 0 (shared memory, so that it holds no registers through the loop).
-enum { kCLeft, kCEntry, kCM, kCMe, kCS, kCNt, kCL, kCR, kCCnt, kCStart };
-
-// Number of BM-token tiles over the active entries (whole warp).
-__device__ __forceinline__ int ps_count_mtiles(const LoraMetaView& m, int n_entries, int bm) {
-  const int lane = threadIdx.x & 31;
-  int total = 0;
-  for (int c = 0; c < n_entries; c += 32) {
-    const int i = c + lane;
-    int cnt = 0;
-    if (i < n_entries && m.active_lora_ids[i] >= 0) cnt = (m.num_tokens_per_lora[i] + bm - 1) / bm;
-#pragma unroll
-    for (int o = 16; o; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-    total += cnt;
-  }
-  return total;
-}
-
-__device__ __forceinline__ void ps_load_entry(const ExpandParams& p, int* c, int bm) {
-  const int e = c[kCEntry];
-  const int l = p.meta.active_lora_ids[e];
-  const int cnt = p.meta.num_tokens_per_lora[e];
-  c[kCL] = l;
-  c[kCR] = p.ranks[l];
-  c[kCCnt] = cnt;
-  c[kCStart] = p.meta.lora_token_start_loc[e];
-  c[kCMe] = (cnt + bm - 1) / bm;
-}
-
-// Writes the cursor's tile into descriptor d (invalid once the range is exhausted) and advances.
-template <int BM, int BN>
-__device__ void ps_cursor_step(const ExpandParams& p, int* c, int* d) {
-  if (c[kCLeft] <= 0) {
-    d[kDValid] = 0;
-    return;
-  }
-  const int s = c[kCS], nt = c[kCNt], m = c[kCM];
-  const int64_t Ns = p.n[s];
-  d[kDValid] = 1;
-  d[kDSlice] = s;
-  d[kDN0] = nt * BN;
-  d[kDNvalid] = int(Ns - int64_t(nt) * BN < BN ? Ns - int64_t(nt) * BN : int64_t(BN));
-  d[kDLora] = c[kCL];
-  d[kDRank] = c[kCR];
-  d[kDTStart] = c[kCStart] + m * BM;
-  d[kDRows] = min(BM, c[kCCnt] - m * BM);
-  if (--c[kCLeft] <= 0) return;
-  if (int64_t(nt + 1) * BN < Ns) {
-    c[kCNt] = nt + 1;
-    return;
-  }
-  c[kCNt] = 0;
-  int s2 = s + 1;
-  while (s2 < p.S && p.n[s2] == 0) ++s2;
-  if (s2 < p.S) {
-    c[kCS] = s2;
-    return;
-  }
-  s2 = 0;
-  while (p.n[s2] == 0) ++s2;
-  c[kCS] = s2;
-  if (m + 1 < c[kCMe]) {
-    c[kCM] = m + 1;
-    return;
-  }
-  c[kCM] = 0;
-  int e = c[kCEntry] + 1;
-  while (!(p.meta.active_lora_ids[e] >= 0 && p.meta.num_tokens_per_lora[e] > 0)) ++e;
-  c[kCEntry] = e;
-  ps_load_entry(p, c, BM);
-}
-
-// 4-byte cp.async (L1-allocating), zero-filled when src_bytes == 0.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_dyn(int n) {
-  switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    default: cp_async_wait<3>(); break;
-  }
-}
-
-// Two consecutive x values as a packed pair of T (vLLM rounds x to the weight dtype).
-template <class T, class TI>
-__device__ __forceinline__ uint32_t ps_xpair(const TI* src) {
-  if constexpr (std::is_same_v<TI, T>) {
-    return *reinterpret_cast<const uint32_t*>(src);
-  } else {
-    float a, b;
-    if constexpr (std::is_same_v<TI, float>) {
-      const float2 f = *reinterpret_cast<const float2*>(src);
-      a = f.x;
-      b = f.y;
-    } else {
-      a = to_f<TI>(src[0]);
-      b = to_f<TI>(src[1]);
-    }
-    uint32_t u;
-    Pair<T>::store(&u, a, b);
-    return u;
-  }
-}
-
-template <class T, class TI, int BM, int BN>
-__global__ void __launch_bounds__(H::kPsThreads, 2) expand_mma_persistent_kernel(ExpandParams p, PsArgs a) {
-  constexpr int NT = H::kPsThreads, WN = BN / 64, YP = BN + 8, HALF = NT / 2;
-  static_assert((BM / 32) * WN == NT / 32, "8 warps of 32 tokens x 64 columns");
-  static_assert(BM <= HALF, "one token id per issuing thread");
-  extern __shared__ __align__(128) unsigned char ps_smem[];
-  if (*p.meta.no_lora_flag) return;
-  const PsLayout lay = ps_layout(BM, BN, a.ns, a.rk, int(sizeof(TI)));
-  T* const sy = reinterpret_cast<T*>(ps_smem + lay.y_off);
-  TI* const sx = reinterpret_cast<TI*>(ps_smem + lay.x_off);
-  T* const sb = reinterpret_cast<T*>(ps_smem + lay.b_off);
-  int* const stok = reinterpret_cast<int*>(ps_smem + lay.tok_off);
-  int* const sdesc = reinterpret_cast<int*>(ps_smem + lay.desc_off);
-  int* const scur = reinterpret_cast<int*>(ps_smem + lay.cur_off);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int NS = a.ns;
-  const bool ywarp = tid < HALF;
-  const int htid = ywarp ? tid : tid - HALF;
-
-  // ---- this block's tile range, cursor, first NS + 1 descriptors
-  if (warp == 0) {
-    const int n_entries = p.L + 1;
-    const int64_t n = int64_t(ps_count_mtiles(p.meta, n_entries, BM)) * a.nc;
-    const int64_t f0 = n * blockIdx.x / gridDim.x, f1 = n * (blockIdx.x + 1) / gridDim.x;
-    int e = 0, m = 0;
-    if (f1 > f0) find_tile(p.meta, n_entries, BM, int(f0 / a.nc), e, m);
-    if (lane == 0) {
-      scur[kCLeft] = int(f1 - f0);
-      if (f1 > f0) {
-        int ct = int(f0 % a.nc), s = 0;
-        for (;; ++s) {
-          const int nts = int((p.n[s] + BN - 1) / BN);
-          if (ct < nts) break;
-          ct -= nts;
-        }
-        scur[kCEntry] = e;
-        scur[kCM] = m;
-        scur[kCS] = s;
-        scur[kCNt] = ct;
-        ps_load_entry(p, scur, BM);
-      }
-      scur[15] = int(f1 - f0);
-      for (int j = 0; j <= NS; ++j) ps_cursor_step<BM, BN>(p, scur, sdesc + j * 8);
-    }
-  }
-  __syncthreads();
-  const int count = scur[15];
-  if (count <= 0) return;
-
-  // ---- issue helpers
-  auto desc = [&](int j) { return sdesc + (j % (NS + 2)) * 8; };
-  auto toks = [&](int j) { return stok + (j % (NS + 1)) * BM; };
-  auto load_tok = [&](int j) {  // warps 4..7
-    const int* d = desc(j);
-    if (!d[kDValid] || htid >= BM) return;
-    const bool ok = htid < d[kDRows];
-    cp_async4(smem_u32(toks(j) + htid), p.meta.sorted_token_ids + (ok ? d[kDTStart] + htid : 0), ok ? 4 : 0);
-  };
-  auto issue_y = [&](int j) {  // warps 0..3
-    const int* d = desc(j);
-    if (!d[kDValid] || !p.add) return;
-    const int rows = d[kDRows], nvalid = d[kDNvalid];
-    const int* tk = toks(j);
-    const T* Y = static_cast<const T*>(p.y) + p.col[d[kDSlice]] + d[kDN0];
-    T* dst0 = sy + (j % NS) * (BM * YP);
-#pragma unroll 4
-    for (int idx = htid; idx < BM * BN / 8; idx += HALF) {
-      const int row = idx / (BN / 8), col = (idx % (BN / 8)) * 8;
-      if (row >= rows || col >= nvalid) continue;
-      cp_async16(smem_u32(dst0 + row * YP + col), Y + int64_t(tk[row]) * p.ldy + col, 2 * min(8, nvalid - col));
-    }
-  };
-  auto issue_xb = [&](int j) {  // warps 4..7
-    const int* d = desc(j);
-    if (!d[kDValid]) return;
-    const int s = d[kDSlice], r = d[kDRank], rows = d[kDRows], nvalid = d[kDNvalid];
-    const int* tk = toks(j);
-    constexpr int CE = 16 / int(sizeof(TI));
-    // The x buffer still holds tile j - 1's rows when tile j gathers the same tokens of one slice.
-    const int* dp = desc(j + NS + 1);  // = desc(j - 1)
-    const bool same_x = j > 0 && dp[kDValid] && dp[kDSlice] == s && dp[kDTStart] == d[kDTStart];
-    const int xcpr = same_x ? 0 : a.rk / CE;
-    const TI* X = static_cast<const TI*>(p.x);
-    for (int idx = htid; idx < BM * xcpr; idx += HALF) {
-      const int row = idx / xcpr, k = (idx - row * xcpr) * CE;
-      const bool ok = row < rows && k < r;
-      const TI* src = ok ? X + (int64_t(s) * p.T + tk[row]) * p.R + k : X;
-      cp_async16(smem_u32(sx + row * lay.xp + k), src, ok ? min(CE, r - k) * int(sizeof(TI)) : 0);
-    }
-    const int bcpr = a.rk / 8;
-    const int64_t Ns = p.n[s];
-    const T* Bp = static_cast<const T*>(p.b[s]) + (int64_t(d[kDLora]) * Ns + d[kDN0]) * p.R;
-    for (int idx = htid; idx < BN * bcpr; idx += HALF) {
-      const int row = idx / bcpr, k = (idx - row * bcpr) * 8;
-      const bool ok = row < nvalid && k < r;
-      cp_async16(smem_u32(sb + row * lay.bp + k), ok ? Bp + int64_t(row) * p.R + k : Bp, ok ? 2 * min(8, r - k) : 0);
-    }
-  };
-
-  // ---- prologue: token ids of tiles 0..NS-2, y of tiles 0..NS-2, x / B of tile 0 (+ ids of NS-1)
-  if (!ywarp) {
-    for (int j = 0; j <= NS - 2; ++j) load_tok(j);
-    cp_async_commit();
-    cp_async_wait<0>();
-  }
-  __syncthreads();
-  if (ywarp) {
-    for (int j = 0; j <= NS - 2; ++j) {
-      issue_y(j);
-      cp_async_commit();
-    }
-  } else {
-    issue_xb(0);
-    load_tok(NS - 1);
-    cp_async_commit();
-  }
-
-  const int wm = warp / WN, wn = warp % WN;
-  const int g = lane >> 2, q = lane & 3;
-  for (int i = 0; i < count; ++i) {
-    if (ywarp) cp_async_wait_dyn(NS - 2);
-    else cp_async_wait<0>();
-    __syncthreads();  // y / x / B / ids of tile i landed; stage (i - 1) % NS free
-    if (tid == 0) ps_cursor_step<BM, BN>(p, scur, desc(i + NS + 1));
-    if (ywarp) {
-      issue_y(i + NS - 1);
-      cp_async_commit();
-    }
-    const int* d = desc(i);
-    const int r = d[kDRank];
-    float acc[2][8][4];
-#pragma unroll
-    for (int x0 = 0; x0 < 2; ++x0)
-#pragma unroll
-      for (int x1 = 0; x1 < 8; ++x1)
-#pragma unroll
-        for (int x2 = 0; x2 < 4; ++x2) acc[x0][x1][x2] = 0.f;
-    const int nk = (r + 15) >> 4;
-    for (int kk = 0; kk < nk; ++kk) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const TI* xr = sx + (wm * 32 + mi * 16 + g) * lay.xp + kk * 16 + 2 * q;
-        af[mi][0] = ps_xpair<T, TI>(xr);
-        af[mi][1] = ps_xpair<T, TI>(xr + 8 * lay.xp);
-        af[mi][2] = ps_xpair<T, TI>(xr + 8);
-        af[mi][3] = ps_xpair<T, TI>(xr + 8 * lay.xp + 8);
-      }
-      const int mi8 = lane >> 3;
-#pragma unroll
-      for (int pn = 0; pn < 4; ++pn) {
-        uint32_t bf[4];
-        ldmatrix_x4(bf, smem_u32(sb + (wn * 64 + pn * 16 + (mi8 >> 1) * 8 + (lane & 7)) * lay.bp + kk * 16 + (mi8 & 1) * 8));
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          MmaOp<T>::run(acc[mi][2 * pn], af[mi], bf[0], bf[1]);
-          MmaOp<T>::run(acc[mi][2 * pn + 1], af[mi], bf[2], bf[3]);
-        }
-      }
-    }
-    // Rounded products (+ old y) into the y stage; each thread owns its fragment elements.
-    T* const st = sy + (i % NS) * (BM * YP);
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = wm * 32 + mi * 16 + g + 8 * h;
-#pragma unroll
-        for (int ni = 0; ni < 8; ++ni) {
-          T* e = st + row * YP + wn * 64 + ni * 8 + 2 * q;
-          float v0 = round_to<T>(acc[mi][ni][2 * h]);
-          float v1 = round_to<T>(acc[mi][ni][2 * h + 1]);
-          if (p.add) {
-            const float2 o = Pair<T>::load(e);
-            v0 += o.x;
-            v1 += o.y;
-          }
-          Pair<T>::store(e, v0, v1);
-        }
-      }
-    __syncthreads();  // x / B free for tile i + 1; the y stage complete
-    if (!ywarp) {
-      issue_xb(i + 1);
-      load_tok(i + NS);
-      cp_async_commit();
-    }
-    {
-      const int rows = d[kDRows], nvalid = d[kDNvalid];
-      const int* tk = toks(i);
-      T* Y = static_cast<T*>(p.y) + p.col[d[kDSlice]] + d[kDN0];
-#pragma unroll 4
-      for (int idx = tid; idx < BM * BN / 8; idx += NT) {
-        const int row = idx / (BN / 8), col = (idx % (BN / 8)) * 8;
-        if (row >= rows || col >= nvalid) continue;
-        T* dst = Y + int64_t(tk[row]) * p.ldy + col;
-        const T* src = st + row * YP + col;
-        if (col + 8 <= nvalid) {
-          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-        } else {
-          for (int e = 0; e < nvalid - col; ++e) dst[e] = src[e];
-        }
-      }
-    }
-  }
-  cp_async_wait<0>();
-}
-
 // ---------------------------------------------------------------- host side
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -905,13 +423,15 @@ void launch_gemv(const ExpandParams& p, int64_t maxN, bool vecb, bool pdl, cudaS
   else PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, expand_gemv_kernel<T, TI, false, FROM_PART>, p));
 }
 
-template <class T, class TI>
-void launch_mma(const ExpandParams& p, int64_t maxN, cudaStream_t st) {
-  const int64_t tiles = (p.T + H::kMmaBM - 1) / H::kMmaBM + p.L + 1;
-  PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for one launch");
-  dim3 grid(unsigned((maxN + H::kMmaBN - 1) / H::kMmaBN), unsigned(tiles), unsigned(p.S));
-  expand_mma_kernel<T, TI, true><<<grid, H::kMmaThreads, 0, st>>>(p);
-  PUNICA_CUDA_CHECK_LAUNCH();
+// Raises a kernel's dynamic shared-memory limit once per device (idempotent, so a race is harmless).
+template <class K>
+void ensure_smem(K* kernel, std::size_t bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (done.load(std::memory_order_relaxed) & bit) return;
+  PUNICA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  done.fetch_or(bit, std::memory_order_relaxed);
 }
 
 template <class T, class TI, int MINB>
@@ -921,73 +441,81 @@ void launch_staged(const ExpandParams& p, int64_t maxN, cudaStream_t st) {
   dim3 grid(unsigned((maxN + H::kStBN - 1) / H::kStBN), unsigned(tiles), unsigned(p.S));
   constexpr std::size_t smem = std::size_t(H::kStBM + H::kStBN) * H::kStBK * 2 +
                                std::size_t(H::kStBM) * H::kStYPitch * sizeof(T);
-  // The dynamic shared-memory limit is raised once per device (idempotent, so a race is harmless).
-  static std::atomic<uint64_t> attr_set{0};
-  int dev = 0;
-  PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (!(attr_set.load(std::memory_order_relaxed) & bit)) {
-    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(expand_mma_staged_kernel<T, TI, MINB>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    attr_set.fetch_or(bit, std::memory_order_relaxed);
-  }
+  static std::atomic<uint64_t> attr{0};
+  ensure_smem(expand_mma_staged_kernel<T, TI, MINB>, smem, attr);
   expand_mma_staged_kernel<T, TI, MINB><<<grid, H::kStThreads, smem, st>>>(p);
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 
-struct DeviceInfo {
-  int sms = 0, smem_optin = 0;
-};
-DeviceInfo device_info() {
-  // Per-device, read once (multiprocessor count, opt-in shared memory per block).
-  static std::atomic<int> cache_sms[64], cache_smem[64];
-  int dev = 0;
-  PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
-  DeviceInfo d;
-  const int slot = dev & 63;
-  d.sms = cache_sms[slot].load(std::memory_order_relaxed);
-  d.smem_optin = cache_smem[slot].load(std::memory_order_relaxed);
-  if (d.sms <= 0) {
-    PUNICA_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
-    PUNICA_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cache_smem[slot].store(d.smem_optin, std::memory_order_relaxed);
-    cache_sms[slot].store(d.sms, std::memory_order_relaxed);
+expand_stream::Params stream_params(const ExpandParams& e) {
+  expand_stream::Params p{};
+  p.x = e.x;
+  for (int s = 0; s < kMaxSlices; ++s) {
+    p.b[s] = e.b[s];
+    p.n[s] = e.n[s];
+    p.col[s] = e.col[s];
   }
-  return d;
+  p.T = e.T;
+  p.S = e.S;
+  p.L = e.L;
+  p.R = e.R;
+  p.ranks = e.ranks;
+  p.meta = e.meta;
+  p.y = e.y;
+  p.ldy = e.ldy;
+  p.add = e.add;
+  return p;
 }
 
-bool persistent_ok(const LoraExpandArgs& a, const ExpandParams& p) {
-  return a.dtype != DType::f32 && p.y16_ok && b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0 &&
-         a.max_rank <= H::kPsMaxRank;
-}
-
-// Launches the persistent kernel; false when the shared-memory plan does not fit (caller falls back).
-template <class T, class TI, int BM, int BN>
-bool launch_persistent(const ExpandParams& p, cudaStream_t st) {
-  const DeviceInfo dv = device_info();
-  const int rk = (std::max(p.R, 1) + 15) / 16 * 16;
-  int ns = H::kPsMaxStages;
-  while (ns >= H::kPsMinStages && int(ps_layout(BM, BN, ns, rk, int(sizeof(TI))).total) > dv.smem_optin) --ns;
-  if (ns < H::kPsMinStages) return false;
-  const unsigned smem = ps_layout(BM, BN, ns, rk, int(sizeof(TI))).total;
-  int nc = 0;
-  for (int s = 0; s < p.S; ++s) nc += int((p.n[s] + BN - 1) / BN);
-  const int64_t bound = ((p.T + BM - 1) / BM + p.L) * int64_t(nc);
-  const int grid = int(std::min<int64_t>(bound, dv.sms));
-  if (grid <= 0) return true;
-  static std::atomic<uint64_t> attr_set{0};
+// Pipelined kernel (max_rank <= RK): groups of ntb column tiles of one slice per block, ntb at most
+// max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block).
+template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
+void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st) {
+  using Lay = expand_stream::PipeLayout<BM, BN, RK, NS>;
+  auto* k = expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>;
+  static std::atomic<uint64_t> attr{0};
+  ensure_smem(k, Lay::total, attr);
+  static std::atomic<int> slots_cache[64];
   int dev = 0;
   PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (!(attr_set.load(std::memory_order_relaxed) & bit)) {
-    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(expand_mma_persistent_kernel<T, TI, BM, BN>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, dv.smem_optin));
-    attr_set.fetch_or(bit, std::memory_order_relaxed);
+  int slots = slots_cache[dev & 63].load(std::memory_order_relaxed);
+  if (slots <= 0) {
+    int sms = 0, per_sm = 0;
+    PUNICA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    PUNICA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, WM * WN * 32, Lay::total));
+    slots = std::max(1, sms * per_sm);
+    slots_cache[dev & 63].store(slots, std::memory_order_relaxed);
   }
-  PsArgs pa{ns, rk, nc};
-  expand_mma_persistent_kernel<T, TI, BM, BN><<<grid, H::kPsThreads, smem, st>>>(p, pa);
+  int64_t nct = 0;
+  for (int s = 0; s < e.S; ++s) nct += (e.n[s] + BN - 1) / BN;
+  const int64_t items = nct * ((e.T + BM - 1) / BM);
+  const int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
+  int64_t gx = 0;
+  for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
+  const int64_t gy = (e.T + BM - 1) / BM + e.L + 1;
+  PUNICA_REQUIRE(gy <= 65535 && gx <= 0x7fffffff, ErrorKind::usage, "lora_expand: too many tokens for one launch");
+  k<<<dim3(unsigned(gx), unsigned(gy)), WM * WN * 32, Lay::total, st>>>(stream_params(e), ntb);
   PUNICA_CUDA_CHECK_LAUNCH();
-  return true;
+}
+
+// Streaming kernel (any rank, rank chunks of BK): one BM x BN tile per block.
+template <class T, class TI, int BM, int BN, int BK, int WM, int WN, int MINB>
+void launch_stream(const ExpandParams& e, int64_t maxN, cudaStream_t st) {
+  using Lay = expand_stream::Layout<BM, BN, BK, TI>;
+  auto* k = expand_stream::expand_stream_kernel<T, TI, BM, BN, BK, WM, WN, MINB>;
+  static std::atomic<uint64_t> attr{0};
+  ensure_smem(k, Lay::total, attr);
+  const int64_t gy = (e.T + BM - 1) / BM + e.L + 1;
+  PUNICA_REQUIRE(gy <= 65535, ErrorKind::usage, "lora_expand: too many tokens for one launch");
+  k<<<dim3(unsigned((maxN + BN - 1) / BN), unsigned(gy), unsigned(e.S)), WM * WN * 32, Lay::total, st>>>(
+      stream_params(e));
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+// The streaming / pipelined kernels' preconditions: 16-bit y with 16-byte rows and slice columns,
+// 16-byte B rows and x rows (max_rank % 8 == 0 and aligned bases).
+bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
+  return a.dtype != DType::f32 && p.y16_ok && b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0;
 }
 
 template <class T, class TI>
@@ -997,20 +525,18 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
   const bool vecb = b_vec_ok(a);
   if constexpr (!std::is_same_v<T, float>) {
     if (H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
-      const bool pers = which == K::automatic ? H::kUsePersistentPrefill
-                                              : (which == K::mma_persistent || which == K::mma_persistent_wide);
-      if (pers && persistent_ok(a, p)) {
-        const bool wide = which == K::automatic ? H::kPsWide : which == K::mma_persistent_wide;
-        if (wide ? launch_persistent<T, TI, 64, 256>(p, st) : launch_persistent<T, TI, 128, 128>(p, st)) return;
+      if (which != K::mma_staged && fast_ok(a, p)) {
+        if (which != K::mma_stream && a.max_rank <= 16)
+          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st);
+        if (which != K::mma_stream && a.max_rank <= 64)
+          return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st);
+        return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st);
       }
-      const bool staged = which == K::automatic || which == K::mma_persistent || which == K::mma_persistent_wide
-                              ? H::kUseStagedPrefill
-                              : which == K::mma_staged;
-      if (which == K::mma_staged3) return launch_staged<T, TI, 3>(p, maxN, st);
-      if (staged) return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
-      return launch_mma<T, TI>(p, maxN, st);
+      return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
     }
   }
+  if (a.max_rank <= H::kDecMaxRank && !H::decode_use_gemv(a.num_tokens, a.max_loras))
+    return detail::launch_expand_decode(a, st);
   launch_gemv<T, TI, false>(p, maxN, vecb, false, st);
 }
 
@@ -1041,10 +567,14 @@ void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which,
   }
 }
 
-bool expand_persistent_applicable(const LoraExpandArgs& a) {
+ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which) {
+  using K = ExpandPrefillKernel;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  return H::use_mma(a.dtype, a.num_tokens, a.max_rank, b_vec_ok(a)) && persistent_ok(a, p);
+  if (a.dtype == DType::f32 || !H::use_mma(a.dtype, a.num_tokens, a.max_rank, b_vec_ok(a))) return K::automatic;
+  if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
+  if (which != K::mma_stream && a.max_rank <= 64) return K::mma_pipe;
+  return K::mma_stream;
 }
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,

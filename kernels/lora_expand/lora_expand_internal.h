@@ -9,16 +9,14 @@
 namespace punica::kernels::detail {
 
 // Prefill (mma) kernel selection for tests and timing: automatic = what heuristics.h picks.
-// mma_staged3: the staged kernel compiled for 3 blocks per SM (register cap 80), for comparison.
-// mma_persistent (128 x 128 tiles) / mma_persistent_wide (64 x 256): the persistent pipelined kernel;
-// where its preconditions fail (unaligned y, max_rank > 128) these run the staged kernel instead.
-enum class ExpandPrefillKernel {
-  automatic, mma_fragment, mma_staged, mma_staged3, mma_persistent, mma_persistent_wide
-};
+// mma_pipe: the pipelined kernel (max_rank <= 64); mma_stream: the streaming kernel (any rank);
+// mma_staged: the staged kernel (every layout). Where a kernel's preconditions fail the next more
+// general one runs; expand_prefill_kernel says which one a call would run.
+enum class ExpandPrefillKernel { automatic, mma_staged, mma_stream, mma_pipe };
 void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream);
 
-// Whether the persistent prefill kernel's preconditions hold for these arguments (tests).
-bool expand_persistent_applicable(const LoraExpandArgs& a);
+// The prefill kernel that launch_lora_expand_with(a, which) runs (automatic = not a prefill kernel).
+ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which);
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
                                  cudaStream_t stream);

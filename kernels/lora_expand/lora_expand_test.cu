@@ -26,6 +26,7 @@ struct ExpandCase {
   uint64_t seed = 3;
   int64_t ldy_pad = 24;  // y row stride = offset + sum N + ldy_pad
   detail::ExpandPrefillKernel kernel = detail::ExpandPrefillKernel::automatic;
+  detail::ExpandPrefillKernel expect = detail::ExpandPrefillKernel::automatic;  // kernel it must reach
 };
 
 void run_case(const ExpandCase& c) {
@@ -79,9 +80,8 @@ void run_case(const ExpandCase& c) {
   a.y_row_stride = ldy;
   a.offset_start = c.offset;
   a.add_inputs = c.add;
-  if (c.kernel == detail::ExpandPrefillKernel::mma_persistent ||
-      c.kernel == detail::ExpandPrefillKernel::mma_persistent_wide)
-    EXPECT_TRUE(detail::expand_persistent_applicable(a)) << "case outside the persistent kernel's preconditions";
+  if (c.expect != detail::ExpandPrefillKernel::automatic)
+    EXPECT_EQ(int(detail::expand_prefill_kernel(a, c.kernel)), int(c.expect)) << "the case does not run the kernel it tests";
   detail::launch_lora_expand_with(a, c.kernel, nullptr);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
@@ -151,67 +151,81 @@ TEST(LoraExpand, NanPadding) {
   c.nan_pad = true;
   run_case(c);
 }
+std::vector<int> many_ranks() {  // 40 slots: mixed true ranks, empty slots, rank 1
+  const int pat[6] = {16, 64, 8, 0, 33, 1};
+  std::vector<int> r;
+  for (int i = 0; i < 40; ++i) r.push_back(pat[i % 6]);
+  return r;
+}
+// Decode kernel, both modes (one token per block with many adapters; token tiles with few), NaN
+// padding, unequal slices, offset, add_inputs off, 16-bit x.
+TEST(LoraExpand, DecodeManyAdapters) {
+  for (int T : {16, 64, 128}) {
+    ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1024}, many_ranks(), true, 0};
+    c.nan_pad = true;
+    run_case(c);
+    ExpandCase d{DType::bf16, DType::bf16, T, {1000, 72}, {64, 16}, false, 3};
+    d.nan_pad = true;
+    run_case(d);
+  }
+  run_case({DType::f16, DType::f32, 64, {520}, {300, 12, 0}, true, 0});
+  // 8 tokens per adapter at T = 64: the wide-N GEMV kernel.
+  run_case({DType::bf16, DType::f32, 64, {1024, 256}, {16, 8, 0, 16, 64, 5, 33, 1}, true, 0});
+}
 TEST(LoraExpand, AllTokensNone) {
   ExpandCase c{DType::bf16, DType::f32, 7, {1024}, {16, 8}, false, 0};
   c.all_none = true;
   run_case(c);
 }
 
-// Every prefill (mma) kernel on the awkward cases: NaN padding, ranks not multiples of 16, a partial
-// 16-byte chunk at a slice end (vector epilogue), unaligned slice columns (scalar epilogue), many
-// rank chunks, add_inputs off.
+// Every prefill (mma) kernel on the awkward cases: NaN padding, ranks not multiples of 16, rank 0
+// and rank 1 adapters, a partial 16-byte chunk at a slice end, unaligned slice columns (the staged
+// kernel's scalar epilogue), several rank chunks, add_inputs off, fp32 / fp16 / bf16 x, column
+// groups that end inside a slice, token tiles crossing adapters.
 TEST(LoraExpand, PrefillKernels) {
   using K = detail::ExpandPrefillKernel;
-  for (K k : {K::mma_fragment, K::mma_staged, K::mma_staged3}) {
+  for (K k : {K::mma_staged, K::mma_stream, K::mma_pipe}) {
+    // 16-byte rows and slice columns: every kernel applies (pipe only up to rank 64).
     ExpandCase a{DType::bf16, DType::f32, 1000, {1024, 256, 251}, {64, 5, 0, 40, 64}, true, 8};
     a.nan_pad = true;
     a.ldy_pad = 21;  // y row stride 1560: 16-byte rows, last slice ends inside a chunk
     a.kernel = k;
+    a.expect = k;
     run_case(a);
+    ExpandCase a16{DType::f16, DType::f16, 3001, {4096, 1000, 136}, {16, 8, 0, 16, 1, 16, 9}, false, 0};
+    a16.nan_pad = true;
+    a16.kernel = k;
+    a16.expect = k;
+    run_case(a16);
+    ExpandCase big{DType::bf16, DType::f32, 600, {384, 128}, {200, 8, 0, 136}, true, 0};
+    big.nan_pad = true;
+    big.kernel = k;
+    big.expect = k == K::mma_pipe ? K::mma_stream : k;  // rank 200: above the pipelined kernel
+    run_case(big);
+    ExpandCase mid{DType::bf16, DType::bf16, 2500, {1536, 520}, {32, 24, 64, 0, 48}, true, 0};
+    mid.kernel = k;
+    mid.expect = k;
+    run_case(mid);
+    // Odd slice offset: only the staged kernel's scalar paths apply.
     ExpandCase b{DType::f16, DType::f16, 777, {1000, 256, 72}, {32, 12, 0, 32}, false, 3};
     b.nan_pad = true;
     b.kernel = k;
+    b.expect = K::mma_staged;
     run_case(b);
-    ExpandCase c{DType::bf16, DType::bf16, 600, {384, 128}, {200, 8, 0, 136}, true, 0};
-    c.kernel = k;
-    run_case(c);
   }
 }
-// The persistent pipelined kernel (both tile shapes) on cases inside its preconditions: many tiles
-// per block crossing adapter / slice boundaries, grids with idle blocks, partial column chunks, ranks
-// 0..128 with NaN padding, fp16 / bf16 / fp32 inputs, add_inputs off.
-TEST(LoraExpand, PersistentKernel) {
-  using K = detail::ExpandPrefillKernel;
-  for (K k : {K::mma_persistent, K::mma_persistent_wide}) {
-    std::vector<ExpandCase> cs;
-    ExpandCase a{DType::bf16, DType::f32, 3000, {1024, 256, 251}, {64, 5, 0, 40, 64, 1}, true, 8};
-    a.nan_pad = true;
-    a.ldy_pad = 21;
-    cs.push_back(a);
-    ExpandCase b{DType::f16, DType::f16, 777, {1000, 256, 72}, {32, 12, 0, 32}, false, 8};
-    b.nan_pad = true;
-    b.ldy_pad = 16;
-    cs.push_back(b);
-    cs.push_back({DType::bf16, DType::bf16, 600, {384, 128}, {128, 8, 0, 100}, true, 0});
-    cs.push_back({DType::bf16, DType::f16, 200, {136}, {16, 16}, true, 0});
-    ExpandCase c{DType::f16, DType::f32, 5000, {4096, 512, 512}, {16, 16, 16, 16, 8, 16, 0}, true, 0};
-    c.ldy_pad = 8;
-    cs.push_back(c);
-    ExpandCase e{DType::bf16, DType::f32, 2500, {2048}, {128, 96, 128}, false, 16};
-    e.nan_pad = true;
-    e.ldy_pad = 0;
-    cs.push_back(e);
-    for (ExpandCase& x : cs) {
-      x.kernel = k;
-      run_case(x);
-    }
-  }
-}
-// Prefill-sized batch close to the timed shape: 3 unequal slices, 8 adapters + -1 tokens.
+
+// Prefill-sized batch close to the timed shape: 3 unequal slices, 8 adapters + -1 tokens; and a
+// rank-64 one with 32 adapters (both through the automatic choice: the pipelined kernel).
 TEST(LoraExpand, LargePrefillThreeSlices) {
   ExpandCase c{DType::bf16, DType::f32, 8190, {4096, 1024, 1024}, {16, 16, 16, 16, 8, 16, 16, 16}, true, 0};
   c.ldy_pad = 0;
+  c.expect = detail::ExpandPrefillKernel::mma_pipe;
   run_case(c);
+  ExpandCase d{DType::bf16, DType::f32, 4099, {4096, 1024, 1024}, std::vector<int>(32, 64), true, 0};
+  d.nan_pad = true;
+  d.expect = detail::ExpandPrefillKernel::mma_pipe;
+  run_case(d);
 }
 
 }  // namespace

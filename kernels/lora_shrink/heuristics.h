@@ -99,4 +99,26 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   return c;
 }
 
+// Decode kernel (shrink_decode.cu): 8 warps split K; a block owns kDecRowsPerToken rank rows of
+// one token (slot from token_lora_mapping, when the batch averages under two tokens per adapter)
+// or kDecRowsPerTile rows of up to kDecTokens tokens of one adapter. Chosen automatically for
+// T <= kDecodeKernelMaxTokens and for every shape the mma / fused kernels do not take.
+constexpr int kDecThreads = 256;
+constexpr int kDecTokens = 4;  // token tiles (T > 65535 only)
+constexpr int kDecRowsPerToken = 2;
+constexpr int kDecRowsPerTile = 4;
+constexpr int64_t kDecodeKernelMaxTokens = 128;
+// One token per block beat token tiles everywhere measured (H200, T=1..64): tiles only past 65535.
+inline bool decode_per_token(int64_t T, int /*max_loras*/) { return T <= 65535; }
+// Decode kernel or the fused mma kernel (with its split-K) for 64 <= T <= 128: fused wins once the
+// adapters own many rank columns (S * r >= 192: qkv r=64 T=64, 11.6 vs 20.3 us) or many tokens
+// each with S * r >= 64 (one slice r=64, 8 adapters: 8.2 vs 8.7 us); the decode kernel wins for
+// r=16 and for 32 adapters (one slice r=64: 10.0 vs 14.1 us).
+inline bool use_decode_kernel(int64_t T, int S, int max_rank, int max_loras) {
+  if (T > kDecodeKernelMaxTokens) return false;
+  if (T < kFusedMinTokens) return true;
+  const int64_t cols = int64_t(S) * max_rank;
+  return !(cols >= 192 || (cols >= 64 && T >= 8 * int64_t(max_loras)));
+}
+
 }  // namespace punica::kernels::shrink_heur

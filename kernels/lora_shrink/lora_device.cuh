@@ -116,14 +116,16 @@ __device__ __forceinline__ int swz(int row, int chunk) { return row * 8 + (chunk
 // Active entry i (active_lora_ids[i] >= 0) owns ceil(num_tokens_per_lora[i] / bm) tiles; tiles are
 // numbered consecutively over the entries. Finds the entry and the tile index inside it of the
 // flat tile `flat`; false when `flat` is past the last tile. Whole warp, uniform arguments.
+// with_none: the -1 entry's tokens form tiles too (shrink writes their zero rows).
 __device__ __forceinline__ bool find_tile(const LoraMetaView& m, int n_entries, int bm, int flat,
-                                          int& entry, int& tile) {
+                                          int& entry, int& tile, bool with_none = false) {
   const int lane = threadIdx.x & 31;
   int base = 0;
   for (int c = 0; c < n_entries; c += 32) {
     const int i = c + lane;
     int cnt = 0;
-    if (i < n_entries && m.active_lora_ids[i] >= 0) cnt = (m.num_tokens_per_lora[i] + bm - 1) / bm;
+    if (i < n_entries && (with_none || m.active_lora_ids[i] >= 0))
+      cnt = (max(m.num_tokens_per_lora[i], 0) + bm - 1) / bm;
     int incl = cnt;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {

@@ -10,6 +10,7 @@
 #include "kernels/lora_shrink/lora_device.cuh"
 #include "kernels/lora_shrink/lora_shrink.h"
 #include "kernels/lora_shrink/lora_shrink_internal.h"
+#include "kernels/lora_shrink/shrink_decode.h"
 
 namespace punica::kernels {
 namespace {
@@ -311,36 +312,6 @@ __global__ void __launch_bounds__(256) shrink_zero_kernel(float* y, int64_t n) {
   }
 }
 
-// Like lora_dev::find_tile but over every entry that owns tokens, the -1 entry included (its tiles
-// write the zero rows of the tokens without an adapter).
-__device__ __forceinline__ bool find_tile_all(const LoraMetaView& m, int n_entries, int bm, int flat,
-                                              int& entry, int& tile) {
-  const int lane = threadIdx.x & 31;
-  int base = 0;
-  for (int c = 0; c < n_entries; c += 32) {
-    const int i = c + lane;
-    int cnt = 0;
-    if (i < n_entries) cnt = (max(m.num_tokens_per_lora[i], 0) + bm - 1) / bm;
-    int incl = cnt;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      int v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
-    const int total = __shfl_sync(0xffffffffu, incl, 31);
-    if (flat < base + total) {
-      const unsigned hit = __ballot_sync(0xffffffffu, flat < base + incl);
-      const int src = __ffs(hit) - 1;
-      const int excl = __shfl_sync(0xffffffffu, incl - cnt, src);
-      entry = c + src;
-      tile = flat - base - excl;
-      return true;
-    }
-    base += total;
-  }
-  return false;
-}
-
 // grid (tile bound, ksplit). Block = 64 tokens of one adapter entry x EVERY output column of every
 // slice: the adapter's S * ceil(r/16) groups of 16 rank columns are computed in passes of
 // NGP = 4 * NGW groups, so for S * r <= 64 * NGW the x tile streams from HBM once. 8 warps:
@@ -357,7 +328,7 @@ __global__ void __launch_bounds__(H::kFusedThreads, 2) shrink_fused_kernel(Shrin
   uint4* sx = reinterpret_cast<uint4*>(smem_raw);  // [ST][BM*8]
   uint4* sa = sx + ST * BM * 8;                    // [ST][NGP*16*8]
   int entry, tile;
-  if (!find_tile_all(p.meta, p.L + 1, BM, blockIdx.x, entry, tile)) return;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.x, entry, tile, true)) return;
   const bool split = gridDim.y > 1;
   const int l = p.meta.active_lora_ids[entry];
   const int ntok = p.meta.num_tokens_per_lora[entry];
@@ -687,6 +658,7 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
     PUNICA_CUDA_CHECK(cudaMemsetAsync(a.y, 0, ybytes, stream));
     return;
   }
+  if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) return detail::launch_shrink_decode(a, stream);
   const ShrinkParams p = make_params(a);
   const bool vec = vec_ok(a, p);
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;

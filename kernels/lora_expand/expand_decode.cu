@@ -1,0 +1,241 @@
+// vLLM lora_expand (add_expand), decode path: y[t, c_s + n] (+)= round_w(B_s[l] @ round_w(x[s,t,:r_l]))[n].
+// One kernel, no memset. A block owns a group of output columns of one slice for one token (few
+// tokens per adapter: l read straight from token_lora_mapping) or for up to TB tokens of one adapter
+// (tokens sorted by slot), so B is read once per token group and every block issues all its loads
+// (B, x, old y) before any arithmetic: latency, not a serial token loop, bounds small batches.
+// G lanes share one B row (16-byte loads, G from the padded rank), partial dots are summed with
+// warp shuffles; x lives in registers, already rounded to the weight dtype as vLLM does.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <algorithm>
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/error.h"
+#include "kernels/lora_expand/expand_decode.h"
+#include "kernels/lora_expand/heuristics.h"
+#include "kernels/lora_shrink/lora_device.cuh"
+
+namespace punica::kernels {
+namespace {
+using namespace lora_dev;
+namespace H = expand_heur;
+
+struct DecodeParams {
+  const void* x;  // [S, T, R] of in dtype
+  int xdt;        // 0 fp32, 1 fp16, 2 bf16
+  int vecb;       // B rows 16-byte aligned (R % 8 == 0, aligned bases)
+  const void* b[kMaxSlices];
+  int64_t n[kMaxSlices];
+  int64_t col[kMaxSlices];
+  int chunk0[kMaxSlices + 1];  // first column-chunk block of each slice
+  int64_t T;
+  int S, L, R;
+  const int32_t* ranks;
+  LoraMetaView meta;
+  void* y;
+  int64_t ldy;
+  int add;
+};
+
+__device__ __forceinline__ float load_in(const void* x, int dt, int64_t i) {
+  if (dt == 0) return __ldg(static_cast<const float*>(x) + i);
+  if (dt == 1) return __half2float(static_cast<const __half*>(x)[i]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+}
+
+// 4 warps. Block = UNR steps of 4 * (32 / G) columns; lane (lig, cidx) holds k-vectors lig + i*G.
+template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN>
+__global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodeParams p) {
+  constexpr int CPW = 32 / G;
+  constexpr int STEP = (H::kDecThreads / 32) * CPW;
+  constexpr int COLS = STEP * UNR;
+  pdl_launch_dependents();
+  pdl_wait();  // everything below may read what the previous kernel on the stream wrote
+  int s = 0;
+#pragma unroll 1
+  while (s + 1 < p.S && int(blockIdx.x) >= p.chunk0[s + 1]) ++s;
+  const int64_t Ns = p.n[s];
+  const int64_t n0 = int64_t(int(blockIdx.x) - p.chunk0[s]) * COLS;
+  int l = -1;
+  int tok[TB];
+  if (PER_TOKEN) {
+    static_assert(!PER_TOKEN || TB == 1, "one token per block");
+    tok[0] = blockIdx.y;
+  } else {
+    int entry, tile;
+    if (!find_tile(p.meta, p.L + 1, TB, blockIdx.y, entry, tile)) return;
+    l = p.meta.active_lora_ids[entry];
+    const int nt = min(TB, p.meta.num_tokens_per_lora[entry] - tile * TB);
+    const int start = p.meta.lora_token_start_loc[entry] + tile * TB;
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt) tok[tt] = tt < nt ? p.meta.sorted_token_ids[start + tt] : -1;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int lig = lane & (G - 1), cidx = lane / G;
+  T* Y = static_cast<T*>(p.y) + p.col[s];
+  // Old y first: its address does not depend on the slot (a -1 token's row is read, never written).
+  float old[UNR][TB];
+#pragma unroll
+  for (int u = 0; u < UNR; ++u) {
+    const int64_t c = n0 + u * STEP + warp * CPW + cidx;
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+      old[u][tt] = (c < Ns && p.add && tok[tt] >= 0 && (tt % G) == lig) ? to_f<T>(Y[int64_t(tok[tt]) * p.ldy + c])
+                                                                        : 0.f;
+  }
+  if (PER_TOKEN) {
+    l = p.meta.token_lora_mapping[tok[0]];
+    if (l < 0) return;
+  }
+  const int r = min(p.ranks[l], p.R);
+  const T* B = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
+
+  float xr[KV][TB][8];
+#pragma unroll
+  for (int i = 0; i < KV; ++i)
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int k = (lig + i * G) * 8 + e;
+        xr[i][tt][e] = (tok[tt] >= 0 && k < r)
+                           ? round_to<T>(load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k))
+                           : 0.f;
+      }
+
+  float b[UNR][KV][8];
+#pragma unroll
+  for (int u = 0; u < UNR; ++u) {
+    const int64_t c = n0 + u * STEP + warp * CPW + cidx;
+    const bool valid = c < Ns;
+    const T* brow = B + c * p.R;
+#pragma unroll
+    for (int i = 0; i < KV; ++i) {
+      const int k = (lig + i * G) * 8;
+      if (valid && k < r) {
+        if (p.vecb && k + 8 <= r) {
+          load8<T>(brow + k, b[u][i]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) b[u][i][e] = k + e < r ? to_f<T>(brow[k + e]) : 0.f;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) b[u][i][e] = 0.f;
+      }
+    }
+  }
+
+  float acc[UNR][TB];
+#pragma unroll
+  for (int u = 0; u < UNR; ++u)
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt) {
+      float a = 0.f;
+#pragma unroll
+      for (int i = 0; i < KV; ++i)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a = fmaf(b[u][i][e], xr[i][tt][e], a);
+      acc[u][tt] = a;
+    }
+#pragma unroll
+  for (int off = G >> 1; off; off >>= 1)
+#pragma unroll
+    for (int u = 0; u < UNR; ++u)
+#pragma unroll
+      for (int tt = 0; tt < TB; ++tt) acc[u][tt] += __shfl_xor_sync(0xffffffffu, acc[u][tt], off);
+#pragma unroll
+  for (int u = 0; u < UNR; ++u) {
+    const int64_t c = n0 + u * STEP + warp * CPW + cidx;
+    if (c >= Ns) continue;
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+      if (tok[tt] >= 0 && (tt % G) == lig)
+        Y[int64_t(tok[tt]) * p.ldy + c] = from_f<T>(old[u][tt] + round_to<T>(acc[u][tt]));
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <class T, int G, int KV, int UNR, int TB, bool PT>
+void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
+  constexpr int COLS = (H::kDecThreads / 32) * (32 / G) * UNR;
+  int chunks = 0;
+  for (int s = 0; s < p.S; ++s) {
+    p.chunk0[s] = chunks;
+    chunks += int((p.n[s] + COLS - 1) / COLS);
+  }
+  for (int s = p.S; s <= kMaxSlices; ++s) p.chunk0[s] = chunks;
+  if (chunks == 0 || tiles == 0) return;
+  PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for the decode kernel");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(chunks), unsigned(tiles), 1);
+  cfg.blockDim = dim3(H::kDecThreads);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, expand_decode_kernel<T, G, KV, UNR, TB, PT>, p));
+}
+
+template <class T, int G, int KV, int UNR, int TB>
+void launch_mode(const DecodeParams& p, bool per_token, cudaStream_t st) {
+  if (per_token) {
+    launch_cfg<T, G, KV, UNR, 1, true>(p, p.T, st);
+  } else {
+    const int64_t tiles = std::min<int64_t>(p.T, (p.T + TB - 1) / TB + std::min<int64_t>(p.L, p.T));
+    launch_cfg<T, G, KV, UNR, TB, false>(p, tiles, st);
+  }
+}
+
+template <class T>
+void launch_t(const DecodeParams& p, bool per_token, cudaStream_t st) {
+  if (p.R <= 16) launch_mode<T, 2, 1, 1, H::kDecTokens>(p, per_token, st);
+  else if (p.R <= 64) launch_mode<T, 8, 1, 2, H::kDecTokens>(p, per_token, st);
+  else if (p.R <= 256) launch_mode<T, 32, 1, 4, H::kDecTokens>(p, per_token, st);
+  else launch_mode<T, 32, 2, 4, H::kDecTokens>(p, per_token, st);
+}
+
+}  // namespace
+
+namespace detail {
+
+void launch_expand_decode(const LoraExpandArgs& a, cudaStream_t stream) {
+  PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
+                 "lora_expand: num_slices must be in [1, 8]");
+  PUNICA_REQUIRE(a.max_rank >= 0 && a.max_rank <= H::kDecMaxRank, ErrorKind::usage,
+                 "lora_expand: max_rank above 512");
+  if (a.num_tokens == 0 || a.max_loras == 0) return;
+  DecodeParams p{};
+  p.x = a.x;
+  p.xdt = a.in_dtype == DType::f32 ? 0 : a.in_dtype == DType::f16 ? 1 : 2;
+  int64_t c = a.offset_start;
+  for (int s = 0; s < kMaxSlices; ++s) {
+    p.b[s] = a.lora_b[s];
+    p.n[s] = s < a.num_slices ? a.slice_width[s] : 0;
+    p.col[s] = c;
+    c += p.n[s];
+  }
+  p.vecb = a.max_rank % 8 == 0;
+  for (int s = 0; s < a.num_slices; ++s)
+    if (!aligned16(a.lora_b[s])) p.vecb = 0;
+  p.T = a.num_tokens;
+  p.S = a.num_slices;
+  p.L = a.max_loras;
+  p.R = a.max_rank;
+  p.ranks = a.lora_ranks;
+  p.meta = a.meta;
+  p.y = a.y;
+  p.ldy = a.y_row_stride ? a.y_row_stride : c;
+  p.add = a.add_inputs ? 1 : 0;
+  const bool per_token = H::decode_per_token(a.num_tokens, a.max_loras);
+  switch (a.dtype) {
+    case DType::f32: launch_t<float>(p, per_token, stream); break;
+    case DType::f16: launch_t<__half>(p, per_token, stream); break;
+    case DType::bf16: launch_t<__nv_bfloat16>(p, per_token, stream); break;
+  }
+}
+
+}  // namespace detail
+}  // namespace punica::kernels

@@ -1,0 +1,15 @@
+// Decode-path kernel of vLLM lora_expand (add_expand) and its host launch: one kernel, no memset,
+// y[t, c_s + n] (+)= round_w(B_s[l] @ round_w(x[s, t, :r_l]))[n]. Used for every shape the mma
+// prefill kernels do not take (T <= 128, fp32 weights, unaligned B), and by add_lora_linear's
+// decode path behind its shrink (programmatic dependent launch).
+#pragma once
+#include <cuda_runtime_api.h>
+#include "kernels/lora_expand/lora_expand.h"
+
+namespace punica::kernels::detail {
+
+// Launched as a programmatic dependent of whatever precedes it on the stream: the kernel waits
+// (griddepcontrol.wait) before its first global read, so it is safe after any producer.
+void launch_expand_decode(const LoraExpandArgs& a, cudaStream_t stream);
+
+}  // namespace punica::kernels::detail

@@ -1,0 +1,408 @@
+// Streaming prefill expand (vLLM add_expand for T > 128): one block = BM tokens of one adapter
+// (gathered through sorted_token_ids) x BN columns of one slice. Every global read of the block is
+// asynchronous and issued together right after the token ids arrive: the y tile (cp.async, 16-byte
+// chunks, into shared memory), the block's x rows (raw input dtype, cp.async) and B rows (cp.async),
+// all zero-filled past the adapter's true rank so that padding is never read. One wait, the
+// mma.sync products (x rounded to the weight dtype while the fragments are built), the rounded
+// products added to the y tile in shared memory, then coalesced 16-byte stores.
+// Why: the staged kernel (expand_mma_staged) issued its y tile only after the synchronous x loads had
+// returned, and its register-heavy 32 x 64 warp tiles capped it at 3 blocks per SM with spills; ncu
+// showed DRAM at 29% with the SMs waiting on that load chain. Here the y bytes are in flight for
+// the whole life of the block and the warp tiles are sized so that no thread spills.
+// Preconditions (checked by stream_ok on the host, otherwise the staged kernel runs): 16-bit y with
+// 16-byte aligned rows and slice columns, B rows 16-byte aligned (max_rank % 8 == 0), x 16-byte
+// aligned rows (max_rank % 4 == 0 for fp32 x, % 8 for 16-bit x).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+#include <type_traits>
+#include "kernels/common/lora_types.h"
+#include "kernels/lora_shrink/lora_device.cuh"
+
+namespace punica::kernels::expand_stream {
+
+struct Params {
+  const void* x;  // [S, T, R] of TI
+  const void* b[kMaxSlices];
+  int64_t n[kMaxSlices];
+  int64_t col[kMaxSlices];  // first output column of each slice (offset_start included)
+  int64_t T;
+  int S, L, R;
+  const int32_t* ranks;
+  LoraMetaView meta;
+  void* y;
+  int64_t ldy;
+  int add;
+};
+
+template <class T> struct Pack2;
+template <> struct Pack2<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+  }
+};
+template <> struct Pack2<__half> {
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&u));
+  }
+};
+
+// Two consecutive x values (shared memory, raw input dtype) as a packed pair of T: vLLM casts the
+// fp32 intermediate to the weight dtype before the dot.
+template <class T, class TI>
+__device__ __forceinline__ uint32_t xpair(const TI* src) {
+  if constexpr (std::is_same_v<TI, T>) {
+    return *reinterpret_cast<const uint32_t*>(src);
+  } else if constexpr (std::is_same_v<TI, float>) {
+    const float2 f = *reinterpret_cast<const float2*>(src);
+    return Pack2<T>::pack(f.x, f.y);
+  } else {
+    return Pack2<T>::pack(lora_dev::to_f<TI>(src[0]), lora_dev::to_f<TI>(src[1]));
+  }
+}
+
+// Rounded products (+ the old y already in the tile) into the shared y tile: each thread owns its
+// mma fragment elements (warp (wm, wn) covers rows wm*TM.. and columns wn*TN..).
+template <class T, int MI, int NI, int TM, int TN, int YP>
+__device__ __forceinline__ void add_products(T* tile, const float (&acc)[MI][NI][4], int wm, int wn, int lane,
+                                             bool add) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = wm * TM + mi * 16 + g + 8 * h;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        uint32_t* e = reinterpret_cast<uint32_t*>(tile + row * YP + wn * TN + ni * 8 + 2 * q);
+        float v0 = lora_dev::round_to<T>(acc[mi][ni][2 * h]);
+        float v1 = lora_dev::round_to<T>(acc[mi][ni][2 * h + 1]);
+        if (add) {
+          const float2 o = Pack2<T>::unpack(*e);
+          v0 += o.x;
+          v1 += o.y;
+        }
+        *e = Pack2<T>::pack(v0, v1);
+      }
+    }
+}
+
+// The finished BM x BN tile to its gathered y rows (row i -> token stok[i], -1 = skip) with 16-byte
+// coalesced stores; the last partial chunk of a slice element by element.
+template <class T, int BM, int BN, int YP, int NT>
+__device__ __forceinline__ void store_tile(T* Y, int64_t ldy, const T* tile, const int* stok, int nvalid) {
+  constexpr int CPR = BN / 8;
+#pragma unroll 4
+  for (int idx = threadIdx.x; idx < BM * CPR; idx += NT) {
+    const int row = idx / CPR, c = (idx % CPR) * 8;
+    const int t = stok[row];
+    if (t < 0 || c >= nvalid) continue;
+    T* dst = Y + int64_t(t) * ldy + c;
+    const T* src = tile + row * YP + c;
+    if (c + 8 <= nvalid) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < nvalid - c; ++e) dst[e] = src[e];
+    }
+  }
+}
+
+template <int BM, int BN, int BK, class TI>
+struct Layout {
+  static constexpr int YP = BN + 8;                  // y row pitch (elements of T, 2 bytes)
+  static constexpr int XP = BK + 16 / int(sizeof(TI)) * 2;  // x row pitch (elements of TI)
+  static constexpr int BP = BK + 8;                  // B row pitch (elements of T)
+  static constexpr unsigned y_bytes = unsigned(BM) * YP * 2;
+  static constexpr unsigned x_bytes = unsigned(BM) * XP * sizeof(TI);
+  static constexpr unsigned b_bytes = unsigned(BN) * BP * 2;
+  static constexpr unsigned total = y_bytes + x_bytes + b_bytes;
+};
+
+// grid (ceil(max N / BN), ceil(T / BM) + L + 1 token tiles bound, S); WM x WN warps, each
+// (BM / WM) tokens x (BN / WN) columns.
+template <class T, class TI, int BM, int BN, int BK, int WM, int WN, int MINB>
+__global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Params p) {
+  using namespace lora_dev;
+  constexpr int NT = WM * WN * 32, TM = BM / WM, TN = BN / WN, MI = TM / 16, NI = TN / 8;
+  static_assert(TM % 16 == 0 && TN % 16 == 0 && BK % 16 == 0, "warp tile of m16n8k16 steps");
+  using Lay = Layout<BM, BN, BK, TI>;
+  constexpr int YP = Lay::YP, XP = Lay::XP, BP = Lay::BP;
+  constexpr int XC = 16 / int(sizeof(TI));  // x elements per 16-byte chunk
+  extern __shared__ __align__(128) unsigned char es_smem[];
+  T* const sy = reinterpret_cast<T*>(es_smem);
+  TI* const sx = reinterpret_cast<TI*>(es_smem + Lay::y_bytes);
+  T* const sb = reinterpret_cast<T*>(es_smem + Lay::y_bytes + Lay::x_bytes);
+  __shared__ int stok[BM];
+
+  if (*p.meta.no_lora_flag) return;
+  const int s = blockIdx.z;
+  const int64_t Ns = p.n[s];
+  const int64_t n0 = int64_t(blockIdx.x) * BN;
+  if (n0 >= Ns) return;
+  int entry, tile;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile)) return;
+  const int l = p.meta.active_lora_ids[entry];
+  const int r = p.ranks[l];
+  const int m0 = tile * BM;
+  const int rows = min(BM, p.meta.num_tokens_per_lora[entry] - m0);
+  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int nvalid = Ns - n0 < BN ? int(Ns - n0) : BN;
+  const T* B = static_cast<const T*>(p.b[s]) + (int64_t(l) * Ns + n0) * p.R;
+  const TI* X = static_cast<const TI*>(p.x) + int64_t(s) * p.T * p.R;
+  T* Y = static_cast<T*>(p.y) + p.col[s] + n0;
+  for (int i = tid; i < BM; i += NT) stok[i] = i < rows ? p.meta.sorted_token_ids[start + i] : -1;
+  __syncthreads();
+
+  // x / B of rank chunk [k0, k0 + BK): 16-byte cp.async, zero-filled past the true rank.
+  auto stage = [&](int k0) {
+    const int kl = min(BK, r - k0);  // valid ranks in this chunk (>= 1)
+    constexpr int XCPR = BK / XC;
+    for (int idx = tid; idx < BM * XCPR; idx += NT) {
+      const int row = idx / XCPR, k = (idx % XCPR) * XC;
+      const int t = stok[row];
+      const int nb = (t >= 0 && k < kl) ? min(XC, kl - k) * int(sizeof(TI)) : 0;
+      cp_async16(smem_u32(sx + row * XP + k), nb ? X + int64_t(t) * p.R + k0 + k : X, nb);
+    }
+    constexpr int BCPR = BK / 8;
+    for (int idx = tid; idx < BN * BCPR; idx += NT) {
+      const int row = idx / BCPR, k = (idx % BCPR) * 8;
+      const int nb = (row < nvalid && k < kl) ? 2 * min(8, kl - k) : 0;
+      cp_async16(smem_u32(sb + row * BP + k), nb ? B + int64_t(row) * p.R + k0 + k : B, nb);
+    }
+  };
+
+  // The y tile first (only when added to): the longest-latency bytes leave before anything else.
+  if (p.add) {
+    constexpr int CPR = BN / 8;
+#pragma unroll 4
+    for (int idx = tid; idx < BM * CPR; idx += NT) {
+      const int row = idx / CPR, c = (idx % CPR) * 8;
+      const int t = stok[row];
+      if (t < 0 || c >= nvalid) continue;
+      cp_async16(smem_u32(sy + row * YP + c), Y + int64_t(t) * p.ldy + c, 2 * min(8, nvalid - c));
+    }
+  }
+  stage(0);
+  cp_async_commit();
+
+  const int wm = warp / WN, wn = warp % WN;
+  const int g = lane >> 2, q = lane & 3, mi8 = lane >> 3;
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int a = 0; a < MI; ++a)
+#pragma unroll
+    for (int b = 0; b < NI; ++b)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+
+  for (int k0 = 0; k0 < r; k0 += BK) {
+    if (k0 > 0) {
+      __syncthreads();  // every warp is done with the previous chunk
+      stage(k0);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    const int nks = min(BK / 16, (r - k0 + 15) / 16);
+    for (int kk = 0; kk < nks; ++kk) {
+      uint32_t af[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        const TI* xr = sx + (wm * TM + mi * 16 + g) * XP + kk * 16 + 2 * q;
+        af[mi][0] = xpair<T, TI>(xr);
+        af[mi][1] = xpair<T, TI>(xr + 8 * XP);
+        af[mi][2] = xpair<T, TI>(xr + 8);
+        af[mi][3] = xpair<T, TI>(xr + 8 * XP + 8);
+      }
+#pragma unroll
+      for (int pn = 0; pn < NI / 2; ++pn) {
+        uint32_t bf[4];
+        ldmatrix_x4(bf, smem_u32(sb + (wn * TN + pn * 16 + (mi8 >> 1) * 8 + (lane & 7)) * BP + kk * 16 +
+                                 (mi8 & 1) * 8));
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          MmaOp<T>::run(acc[mi][2 * pn], af[mi], bf[0], bf[1]);
+          MmaOp<T>::run(acc[mi][2 * pn + 1], af[mi], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  if (r <= 0) {  // rank-0 adapter: nothing was staged; y is rewritten unchanged (or zeroed)
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+
+  add_products<T, MI, NI, TM, TN, YP>(sy, acc, wm, wn, lane, p.add);
+  __syncthreads();
+  store_tile<T, BM, BN, YP, NT>(Y, p.ldy, sy, stok, nvalid);
+}
+
+// Pipelined variant for max_rank <= RK (the common LoRA ranks): a block owns BM tokens of one
+// adapter and `ntb` consecutive BN-column tiles of one slice. The token ids and x rows are loaded
+// once per block; the y and B tiles of column tile j + NS - 1 are issued (cp.async) while tile j is
+// multiplied and stored, so that NS - 1 tiles of y are in flight through the whole life of the
+// block and the metadata chain (flag -> tile lookup -> token ids) is paid once per ntb tiles.
+// grid (sum over slices of ceil(ceil(N_s / BN) / ntb), ceil(T / BM) + L + 1 token tiles bound).
+template <int BM, int BN, int RK, int NS>
+struct PipeLayout {
+  static constexpr int YP = BN + 8, KP = RK + 8;
+  static constexpr unsigned y_stage = unsigned(BM) * YP * 2, b_stage = unsigned(BN) * KP * 2;
+  static constexpr unsigned x_off = NS * (y_stage + b_stage);
+  static constexpr unsigned total = x_off + unsigned(BM) * KP * 2;
+};
+
+template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
+__global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params p, int ntb) {
+  using namespace lora_dev;
+  constexpr int NT = WM * WN * 32, TM = BM / WM, TN = BN / WN, MI = TM / 16, NI = TN / 8;
+  static_assert(TM % 16 == 0 && TN % 16 == 0 && RK % 16 == 0 && NS >= 2, "tile shape");
+  using Lay = PipeLayout<BM, BN, RK, NS>;
+  constexpr int YP = Lay::YP, KP = Lay::KP;
+  extern __shared__ __align__(128) unsigned char ep_smem[];
+  T* const sy = reinterpret_cast<T*>(ep_smem);                                  // [NS][BM][YP]
+  T* const sb = reinterpret_cast<T*>(ep_smem + NS * Lay::y_stage);               // [NS][BN][KP]
+  T* const sx = reinterpret_cast<T*>(ep_smem + Lay::x_off);                      // [BM][KP]
+  __shared__ int stok[BM];
+
+  // blockIdx.x enumerates groups of ntb column tiles, slice after slice.
+  int s = 0, grp = blockIdx.x, nct = 0;
+  for (;; ++s) {
+    if (s >= p.S) return;
+    nct = int((p.n[s] + BN - 1) / BN);
+    const int ng = (nct + ntb - 1) / ntb;
+    if (grp < ng) break;
+    grp -= ng;
+  }
+  const int64_t Ns = p.n[s];
+  const int j0 = grp * ntb;
+  const int jn = min(ntb, nct - j0);
+  int entry, tile;
+  const int flag = *p.meta.no_lora_flag;  // independent load, in flight with the tile lookup
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile) || flag) return;
+  const int l = p.meta.active_lora_ids[entry];
+  const int m0 = tile * BM;
+  const int rows = min(BM, p.meta.num_tokens_per_lora[entry] - m0);
+  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  for (int i = tid; i < BM; i += NT) stok[i] = i < rows ? p.meta.sorted_token_ids[start + i] : -1;
+  const int r = p.ranks[l];
+  __syncthreads();
+  const T* Bl = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
+  T* const Ys = static_cast<T*>(p.y) + p.col[s];
+
+  // y and B of column tile j (block-relative) into stage j % NS; B zero-filled past the true rank.
+  auto issue = [&](int j) {
+    const int64_t n0 = int64_t(j0 + j) * BN;
+    const int nvalid = Ns - n0 < BN ? int(Ns - n0) : BN;
+    T* const dy = sy + (j % NS) * (BM * YP);
+    if (p.add) {
+      constexpr int CPR = BN / 8;
+#pragma unroll 4
+      for (int idx = tid; idx < BM * CPR; idx += NT) {
+        const int row = idx / CPR, c = (idx % CPR) * 8;
+        const int t = stok[row];
+        if (t < 0 || c >= nvalid) continue;
+        cp_async16(smem_u32(dy + row * YP + c), Ys + int64_t(t) * p.ldy + n0 + c, 2 * min(8, nvalid - c));
+      }
+    }
+    T* const db = sb + (j % NS) * (BN * KP);
+    constexpr int BCPR = RK / 8;
+    const T* Bt = Bl + n0 * p.R;
+    for (int idx = tid; idx < BN * BCPR; idx += NT) {
+      const int row = idx / BCPR, k = (idx % BCPR) * 8;
+      const int nb = (row < nvalid && k < r) ? 2 * min(8, r - k) : 0;
+      cp_async16(smem_u32(db + row * KP + k), nb ? Bt + int64_t(row) * p.R + k : Bt, nb);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < NS - 1; ++j) {
+    if (j < jn) issue(j);
+    cp_async_commit();
+  }
+  // x rows (rounded to T, zero past the true rank), synchronous: the tiles above are in flight.
+  {
+    const TI* X = static_cast<const TI*>(p.x) + int64_t(s) * p.T * p.R;
+    constexpr int QPR = RK / 4;
+    for (int idx = tid; idx < BM * QPR; idx += NT) {
+      const int row = idx / QPR, k = (idx % QPR) * 4;
+      const int t = stok[row];
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+      if (t >= 0 && k < r) {
+        const TI* src = X + int64_t(t) * p.R + k;
+        if (k + 4 <= r) {
+          if constexpr (std::is_same_v<TI, float>) {
+            const float4 f = __ldg(reinterpret_cast<const float4*>(src));
+            v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+          } else {
+            const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
+            const TI* h = reinterpret_cast<const TI*>(&u);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[e] = to_f<TI>(h[e]);
+          }
+        } else {
+          for (int e = 0; e < r - k; ++e) v[e] = to_f<TI>(src[e]);
+        }
+      }
+      uint2 w;
+      w.x = Pack2<T>::pack(v[0], v[1]);
+      w.y = Pack2<T>::pack(v[2], v[3]);
+      *reinterpret_cast<uint2*>(sx + row * KP + k) = w;
+    }
+  }
+
+  const int wm = warp / WN, wn = warp % WN;
+  const int mi8 = lane >> 3;
+  const int nks = (r + 15) >> 4;
+  for (int j = 0; j < jn; ++j) {
+    cp_async_wait<NS - 2>();
+    __syncthreads();  // tile j landed; stage (j - 1) % NS fully stored
+    if (j + NS - 1 < jn) issue(j + NS - 1);
+    cp_async_commit();
+    const T* cb = sb + (j % NS) * (BN * KP);
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int a = 0; a < MI; ++a)
+#pragma unroll
+      for (int b = 0; b < NI; ++b)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < RK / 16; ++kk) {
+      if (kk < nks) {
+        uint32_t af[MI][4];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+          ldmatrix_x4(af[mi], smem_u32(sx + (wm * TM + mi * 16 + (lane & 15)) * KP + kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+        for (int pn = 0; pn < NI / 2; ++pn) {
+          uint32_t bf[4];
+          ldmatrix_x4(bf, smem_u32(cb + (wn * TN + pn * 16 + (mi8 >> 1) * 8 + (lane & 7)) * KP + kk * 16 +
+                                   (mi8 & 1) * 8));
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            MmaOp<T>::run(acc[mi][2 * pn], af[mi], bf[0], bf[1]);
+            MmaOp<T>::run(acc[mi][2 * pn + 1], af[mi], bf[2], bf[3]);
+          }
+        }
+      }
+    }
+    T* const cy = sy + (j % NS) * (BM * YP);
+    add_products<T, MI, NI, TM, TN, YP>(cy, acc, wm, wn, lane, p.add);
+    __syncthreads();
+    const int64_t n0 = int64_t(j0 + j) * BN;
+    store_tile<T, BM, BN, YP, NT>(Ys + n0, p.ldy, cy, stok, Ns - n0 < BN ? int(Ns - n0) : BN);
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace punica::kernels::expand_stream
