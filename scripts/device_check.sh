@@ -7,12 +7,16 @@
 # bench : the whole bench_lora_ops.json timed (result JSON).
 # full  : the full vLLM kernel grid checked (--sample-rows), the model-shaped scenarios timed.
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), result JSON.
-# Binaries come from .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
+# Binaries come from .carry/punica-bin.tgz or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
 OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+# stage_device.sh ships the binaries as one tarball: unpack it once.
+if [ -z "${PUNICA_BIN:-}" ] && [ ! -d .carry/bin ] && [ -f .carry/punica-bin.tgz ]; then
+  tar -C .carry -xzf .carry/punica-bin.tgz || { echo "cannot unpack .carry/punica-bin.tgz" >&2; exit 2; }
+fi
 BIN=${PUNICA_BIN:-.carry/bin}
 PB=$BIN/punica-bench
 export NCCL_NVLS_ENABLE=0
