@@ -62,7 +62,7 @@ void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
   ea.add_inputs = a.add_inputs;
 
   if (linear_heur::use_partials(a.num_tokens) &&
-      linear_heur::use_split_partials(a.num_tokens, a.max_loras, a.max_rank, a.hidden, a.num_slices)) {
+      linear_heur::use_split_partials(a.num_tokens, a.max_loras, a.max_rank, a.hidden, a.num_slices, total)) {
     const int nsplit = detail::launch_shrink_partials(sa, static_cast<float*>(a.workspace), stream);
     detail::launch_expand_from_partials(ea, static_cast<const float*>(a.workspace), nsplit, stream);
   } else if (linear_heur::use_partials(a.num_tokens)) {

@@ -13,12 +13,14 @@ constexpr int64_t kDecodeMaxTokens = 128;
 
 inline bool use_partials(int64_t T) { return T <= kDecodeMaxTokens; }
 // Within decode: the older split-K partials GEMV -> PDL wide-N expand stays faster for T >= 64 with
-// 4..16 tokens per adapter when r <= 16, K >= 8192 or S >= 3 (H200, T=64, 8 adapters: H=8192 r=64
-// 37.3 vs 46.1 us; qkv r=16 16.6 vs 18.1 us); otherwise the decode shrink -> decode expand wins
-// (one slice H=4096 r=64, 8 adapters: 25.8 vs 32.5 us; 1 or 32 adapters: up to 4x).
-inline bool use_split_partials(int64_t T, int max_loras, int max_rank, int64_t K, int S) {
+// 4..16 tokens per adapter when r <= 16, K >= 8192, S >= 3 or the output is wider than 8192 columns
+// (H200, T=64, 8 adapters: H=8192 r=64 37.3 vs 46.1 us; qkv r=16 16.6 vs 18.1 us; Llama-3-8B gate_up
+// N=2x14336 ranks 8/16/64: 62.7 vs 103.2 us, its tp=2 shard 2x7168: 36.4 vs 56.3 us, because the
+// decode expand re-reads B for every token); otherwise the decode shrink -> decode expand wins (one
+// slice H=4096 r=64, 8 adapters: 25.8 vs 32.5 us; 1 or 32 adapters: up to 4x).
+inline bool use_split_partials(int64_t T, int max_loras, int max_rank, int64_t K, int S, int64_t total_n) {
   const bool mid = T >= 64 && T >= 4 * int64_t(max_loras) && T <= 16 * int64_t(max_loras);
-  return mid && (max_rank <= 16 || K >= 8192 || S >= 3);
+  return mid && (max_rank <= 16 || K >= 8192 || S >= 3 || total_n > 8192);
 }
 
 inline std::size_t workspace_bytes(int64_t max_tokens, int S, int R) {

@@ -87,8 +87,15 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   // split, 13-way, was 10-25% slower there for r=64, git c8d63ac). From ~1 to 3 waves of tiles:
   // ncu on the H200 (T=8192, qkv r=16, 32 adapters) showed 161 blocks, 12.5% achieved occupancy
   // and 46% of DRAM bandwidth without split-K; splitting until ~3 blocks per SM (the smem limit)
-  // made T=8192 up to 1.24x faster (git c8d63ac, results/h200/bench_lora_ops_prefill.json).
-  const int64_t target = tiles * 10 < int64_t(num_sms) * 9 ? 2 * int64_t(num_sms) : 3 * int64_t(num_sms);
+  // made T=8192 up to 1.24x faster (git c8d63ac, results/history/c8d63ac/bench_lora_ops_prefill.json).
+  // Never more per SM than fit: with 2 or 3 column groups per warp (>= 96 KB of stages) only 2 blocks
+  // are resident, and aiming at 3 made qkv r=64 T=8192 11% slower (70.2 vs 62.7 us, git 2c77476
+  // against 98d3c40), so those shapes keep the 2-per-SM split (this rule itself not re-measured:
+  // the session's device time ran out).
+  const int64_t fit = int64_t(std::size_t(227 * 1024) / (c.smem + 1024));  // 227 KB of shared memory per SM
+  const int64_t resident = std::max<int64_t>(1, std::min<int64_t>(3, fit));
+  const int64_t per_sm = tiles * 10 < int64_t(num_sms) * 9 ? 2 : resident;
+  const int64_t target = per_sm * int64_t(num_sms);
   if (allow_split && tiles < target) {
     ks = (target + tiles - 1) / std::max<int64_t>(tiles, 1);
     ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / 4));
