@@ -1,0 +1,95 @@
+// Launch heuristics of the LoRA kernels, checked on the host (no GPU needed): the dispatch rules
+// that results/NOTES.md justifies with H200 measurements. A change to a rule must change a
+// number here on purpose.
+#include <gtest/gtest.h>
+#include "kernels/add_lora_linear/heuristics.h"
+#include "kernels/lora_expand/heuristics.h"
+#include "kernels/lora_expand/lora_expand_internal.h"
+#include "kernels/lora_shrink/heuristics.h"
+
+namespace punica::kernels {
+namespace {
+
+TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
+  // qkv r=64 (3 column groups per warp, 96 KB of stages): 2 blocks per SM fit, so K splits 3 ways
+  // (aiming at 3 per SM, 4 ways, measured 11% slower: NOTES v4).
+  const auto qkv64 = shrink_heur::fused_config(8192, 4096, 3, 64, 132);
+  EXPECT_EQ(qkv64.ngw, 3);
+  EXPECT_EQ(qkv64.ksplit, 3);
+  // One slice r=64 (64 KB of stages): 3 blocks per SM fit above a wave of tiles -> 4-way split.
+  const auto one64 = shrink_heur::fused_config(8192, 4096, 1, 64, 132);
+  EXPECT_EQ(one64.ngw, 1);
+  EXPECT_EQ(one64.ksplit, 4);
+  // Under 0.9 wave of token tiles (T=2048: 32 tiles): ~2 blocks per SM.
+  EXPECT_EQ(shrink_heur::fused_config(2048, 4096, 1, 64, 132).ksplit, 8);
+  // Split-K off on request: every y element written by the kernel.
+  EXPECT_EQ(shrink_heur::fused_config(2048, 4096, 1, 64, 132, false).ksplit, 1);
+}
+
+TEST(ShrinkHeuristics, DecodeKernelRange) {
+  EXPECT_TRUE(shrink_heur::use_decode_kernel(1, 3, 64, 8));
+  EXPECT_TRUE(shrink_heur::use_decode_kernel(63, 3, 64, 8));
+  EXPECT_FALSE(shrink_heur::use_decode_kernel(64, 3, 64, 8));   // S*r = 192: fused
+  EXPECT_TRUE(shrink_heur::use_decode_kernel(64, 1, 16, 8));    // r=16: decode
+  EXPECT_FALSE(shrink_heur::use_decode_kernel(129, 1, 16, 8));  // prefill
+}
+
+TEST(LinearHeuristics, SplitPartialsWindow) {
+  // Llama-3-8B gate_up, T=64, 8 adapters, ranks 8/16/64: the split-K GEMV path (62.7 vs 103.2 us).
+  EXPECT_TRUE(linear_heur::use_split_partials(64, 8, 64, 4096, 2, 28672));
+  EXPECT_TRUE(linear_heur::use_split_partials(64, 8, 64, 4096, 2, 14336));  // its tp=2 shard
+  // One slice H=4096 r=64, 8 adapters: the decode kernels (25.8 vs 32.5 us).
+  EXPECT_FALSE(linear_heur::use_split_partials(64, 8, 64, 4096, 1, 4096));
+  // Outside 4..16 tokens per adapter: the decode kernels.
+  EXPECT_FALSE(linear_heur::use_split_partials(64, 32, 16, 4096, 3, 6144));
+  EXPECT_FALSE(linear_heur::use_split_partials(16, 1, 16, 4096, 1, 4096));
+  EXPECT_TRUE(linear_heur::use_partials(128));
+  EXPECT_FALSE(linear_heur::use_partials(129));
+}
+
+TEST(ExpandHeuristics, DecodeGemvWindow) {
+  EXPECT_TRUE(expand_heur::decode_use_gemv(64, 8));
+  EXPECT_FALSE(expand_heur::decode_use_gemv(64, 1));   // 64 tokens of one adapter
+  EXPECT_FALSE(expand_heur::decode_use_gemv(64, 32));  // 2 tokens per adapter
+  EXPECT_FALSE(expand_heur::decode_use_gemv(16, 2));
+}
+
+// Which prefill kernel an expand call runs, from its shapes and pointer alignment (nothing is
+// dereferenced or launched).
+LoraExpandArgs expand_args(int64_t T, int max_rank, int64_t offset, DType in = DType::f32) {
+  static const void* aligned = reinterpret_cast<const void*>(uintptr_t(1) << 20);
+  LoraExpandArgs a;
+  a.in_dtype = in;
+  a.dtype = DType::bf16;
+  a.num_tokens = T;
+  a.x = aligned;
+  a.num_slices = 3;
+  const int64_t w[3] = {4096, 1024, 1024};
+  for (int s = 0; s < 3; ++s) {
+    a.lora_b[s] = aligned;
+    a.slice_width[s] = w[s];
+  }
+  a.max_loras = 8;
+  a.max_rank = max_rank;
+  a.y = const_cast<void*>(aligned);
+  a.y_row_stride = 6144 + offset + 8;
+  a.offset_start = offset;
+  return a;
+}
+
+TEST(ExpandHeuristics, PrefillKernelChoice) {
+  using K = detail::ExpandPrefillKernel;
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::automatic), K::mma_pipe);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 64, 0), K::automatic), K::mma_pipe);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 128, 0), K::automatic), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::mma_stream), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::mma_staged), K::mma_staged);
+  // Slice columns off 16-byte alignment: only the staged kernel's scalar paths apply.
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 3), K::automatic), K::mma_staged);
+  // Decode-sized batches and ranks off a multiple of 8: not a prefill (mma) kernel.
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 16, 0), K::automatic), K::automatic);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 12, 0), K::automatic), K::automatic);
+}
+
+}  // namespace
+}  // namespace punica::kernels
