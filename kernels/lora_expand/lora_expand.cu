@@ -1,9 +1,11 @@
 // vLLM lora_expand (add_expand): y[t, c_s + n] (+)= round_w(B_s[l] @ round_w(x[s, t, :r_l]))[n] for
-// tokens with slot l. Wide-N GEMV for decode (lanes split a B row, 16-byte loads, a group of tokens
-// shares each load) and, for prefill, mma.sync tiles of 128 tokens x 128 columns whose y tile is
-// staged through shared memory (16-byte coalesced loads issued before the products, 16-byte stores);
-// the older 64 x 128 kernel with a fragment-layout y epilogue stays as an alternative, and a persistent
-// software-pipelined variant (expand_mma_persistent: one block per SM, several y tiles in flight).
+// tokens with slot l. Decode (T <= 128): expand_decode.cu, and the wide-N GEMV below (lanes split a
+// B row, a group of tokens shares each load; also add_lora_linear's split-K partials path).
+// Prefill (expand_stream.cuh): the pipelined kernel for max_rank <= 64 (64 tokens of one adapter x
+// several column tiles per block, the next tiles' y / B in flight while one is multiplied and
+// stored), the streaming kernel above rank 64, and the staged kernel below (128 x 128 tiles, y
+// staged through shared memory) for the layouts the other two exclude (rows or slice columns off
+// 16-byte alignment, fp32 y).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
