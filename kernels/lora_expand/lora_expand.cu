@@ -5,7 +5,7 @@
 // several column tiles per block, the next tiles' y / B in flight while one is multiplied and
 // stored), the streaming kernel above rank 64, and the staged kernel below (128 x 128 tiles, y
 // staged through shared memory) for the layouts the other two exclude (rows or slice columns off
-// 16-byte alignment, fp32 y).
+// 16-byte alignment). fp32 weights always take the decode kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
