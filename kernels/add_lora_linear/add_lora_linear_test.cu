@@ -149,15 +149,9 @@ TEST(AddLoraLinear, NanPadding) {
   }
 }
 
-std::vector<int> many_ranks() {  // 40 slots: mixed true ranks, empty slots, rank 1
-  const int pat[6] = {16, 64, 8, 0, 33, 1};
-  std::vector<int> r;
-  for (int i = 0; i < 40; ++i) r.push_back(pat[i % 6]);
-  return r;
-}
 TEST(AddLoraLinear, DecodeManyAdapters) {
   for (int T : {16, 64, 128}) {
-    LinearCase c{DType::bf16, T, 4096, {4096, 1024, 1024}, many_ranks()};
+    LinearCase c{DType::bf16, T, 4096, {4096, 1024, 1024}, testutil::many_ranks()};
     c.nan_pad = true;
     run_case(c);
     run_case({DType::bf16, T, 2049, {1000}, {64, 16}, false});

@@ -167,16 +167,8 @@ void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
   for (int s = p.S; s <= kMaxSlices; ++s) p.chunk0[s] = chunks;
   if (chunks == 0 || tiles == 0) return;
   PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for the decode kernel");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(chunks), unsigned(tiles), 1);
-  cfg.blockDim = dim3(H::kDecThreads);
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, expand_decode_kernel<T, G, KV, UNR, TB, PT>, p));
+  launch_kernel(expand_decode_kernel<T, G, KV, UNR, TB, PT>, dim3(unsigned(chunks), unsigned(tiles), 1),
+                dim3(H::kDecThreads), 0, st, true, p);
 }
 
 template <class T, int G, int KV, int UNR, int TB>

@@ -153,26 +153,6 @@ __global__ void __launch_bounds__(H::kGemvThreads) expand_gemv_kernel(ExpandPara
   }
 }
 
-// ---------------------------------------------------------------- mma.sync tiles (prefill)
-template <class T> struct Pair;
-template <> struct Pair<__nv_bfloat16> {
-  static __device__ __forceinline__ float2 load(const void* p) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-  }
-  static __device__ __forceinline__ void store(void* p, float a, float b) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
-  }
-};
-template <> struct Pair<__half> {
-  static __device__ __forceinline__ float2 load(const void* p) {
-    return __half22float2(*reinterpret_cast<const __half2*>(p));
-  }
-  static __device__ __forceinline__ void store(void* p, float a, float b) {
-    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
-  }
-};
-
-// grid (ceil(max N / 128), flat token tiles bound, S). 4 warps as 2 x 2, each 32 tokens x 64 cols.
 // ---------------------------------------------------------------- staged mma.sync tiles (prefill)
 // grid (ceil(max N / BN), flat token tiles bound, S); block = BM tokens of one adapter (gathered
 // through sorted_token_ids) x BN columns of one slice, 8 warps as 4 x 2 (32 tokens x 64 cols each).
@@ -318,26 +298,7 @@ __global__ void __launch_bounds__(H::kStThreads, MINB) expand_mma_staged_kernel(
   __syncthreads();
 
   // Rounded products (+ old y) into the shared tile; each thread owns its fragment elements.
-  const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wm * 32 + mi * 16 + g + 8 * h;
-#pragma unroll
-      for (int ni = 0; ni < 8; ++ni) {
-        const int col = wn * 64 + ni * 8 + 2 * q;
-        T* d = sy + row * YP + col;
-        float v0 = round_to<T>(acc[mi][ni][2 * h]);
-        float v1 = round_to<T>(acc[mi][ni][2 * h + 1]);
-        if (p.add) {
-          const float2 o = Pair<T>::load(d);
-          v0 += o.x;
-          v1 += o.y;
-        }
-        Pair<T>::store(d, v0, v1);
-      }
-    }
+  expand_stream::add_products<T, 2, 8, 32, 64, YP>(sy, acc, wm, wn, lane, p.add);
   __syncthreads();
 
 #pragma unroll
@@ -411,18 +372,8 @@ void launch_gemv(const ExpandParams& p, int64_t maxN, bool vecb, bool pdl, cudaS
   dim3 grid(unsigned((maxN + H::kGemvCols - 1) / H::kGemvCols), unsigned(p.S), unsigned(p.L + 1));
   const std::size_t smem = std::size_t(H::kGemvTokens) * ((p.R + 7) & ~7) * sizeof(float);
   PUNICA_REQUIRE(smem <= 48 * 1024, ErrorKind::usage, "lora_expand: max_rank too large");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(H::kGemvThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  if (vecb) PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, expand_gemv_kernel<T, TI, true, FROM_PART>, p));
-  else PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, expand_gemv_kernel<T, TI, false, FROM_PART>, p));
+  launch_kernel(vecb ? expand_gemv_kernel<T, TI, true, FROM_PART> : expand_gemv_kernel<T, TI, false, FROM_PART>,
+                grid, dim3(H::kGemvThreads), smem, st, pdl, p);
 }
 
 // Raises a kernel's dynamic shared-memory limit once per device (idempotent, so a race is harmless).

@@ -151,17 +151,11 @@ TEST(LoraExpand, NanPadding) {
   c.nan_pad = true;
   run_case(c);
 }
-std::vector<int> many_ranks() {  // 40 slots: mixed true ranks, empty slots, rank 1
-  const int pat[6] = {16, 64, 8, 0, 33, 1};
-  std::vector<int> r;
-  for (int i = 0; i < 40; ++i) r.push_back(pat[i % 6]);
-  return r;
-}
 // Decode kernel, both modes (one token per block with many adapters; token tiles with few), NaN
 // padding, unequal slices, offset, add_inputs off, 16-bit x.
 TEST(LoraExpand, DecodeManyAdapters) {
   for (int T : {16, 64, 128}) {
-    ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1024}, many_ranks(), true, 0};
+    ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1024}, testutil::many_ranks(), true, 0};
     c.nan_pad = true;
     run_case(c);
     ExpandCase d{DType::bf16, DType::bf16, T, {1000, 72}, {64, 16}, false, 3};

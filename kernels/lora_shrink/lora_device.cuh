@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cstddef>
+#include <utility>
+#include <cuda_runtime.h>
+#include "kernels/common/cuda_check.h"
 #include "kernels/common/lora_types.h"
 
 namespace punica::kernels::lora_dev {
@@ -68,6 +72,24 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// Host: launches `kernel` on `stream`, as a programmatic dependent of the previous kernel in the
+// stream when `pdl` (its griddepcontrol.wait then orders it after the primary's writes).
+template <class... Params, class... Args>
+inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                          cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 // ---- async copies and tensor-core wrappers ----

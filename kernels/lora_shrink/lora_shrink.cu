@@ -526,33 +526,22 @@ void validate(const LoraShrinkArgs& a) {
 }
 
 template <class T, class TO, OutMode MODE>
-void launch_gemv_t(const ShrinkParams& p, bool vec, const H::GemvConfig& c, cudaStream_t st, bool pdl_primary,
+void launch_gemv_t(const ShrinkParams& p, bool vec, const H::GemvConfig& c, cudaStream_t st,
                    bool pdl_secondary = false) {
   ShrinkParams q = p;
   q.kc = c.kc;
   q.nsplit = c.nsplit;
   q.nrowblk = c.nrowblk;
   dim3 grid(unsigned(c.nsplit * c.nrowblk), unsigned(p.L + 1), unsigned(p.S));
-  (void)pdl_primary;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(H::kGemvThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_secondary ? 1 : 0;
-  if (vec) PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_gemv_kernel<T, TO, true, MODE>, q));
-  else PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_gemv_kernel<T, TO, false, MODE>, q));
+  launch_kernel(vec ? shrink_gemv_kernel<T, TO, true, MODE> : shrink_gemv_kernel<T, TO, false, MODE>, grid,
+                dim3(H::kGemvThreads), 0, st, pdl_secondary, q);
 }
 
 template <class T, class TO>
 void launch_gemv_mode(const ShrinkParams& p, bool vec, bool atomic, const H::GemvConfig& c, cudaStream_t st,
                       bool pdl) {
-  if (atomic) launch_gemv_t<T, float, OutMode::atomic_f32>(p, vec, c, st, false, pdl);
-  else launch_gemv_t<T, TO, OutMode::store>(p, vec, c, st, false);
+  if (atomic) launch_gemv_t<T, float, OutMode::atomic_f32>(p, vec, c, st, pdl);
+  else launch_gemv_t<T, TO, OutMode::store>(p, vec, c, st);
 }
 
 template <class T>
@@ -622,17 +611,9 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
   q.ktiles_per_split = c.ktiles_per_split;
   const int64_t tiles = (p.T + H::kFusedBM - 1) / H::kFusedBM + p.L + 1;
   PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(tiles), unsigned(c.ksplit), 1);
-  cfg.blockDim = dim3(H::kFusedThreads);
-  cfg.dynamicSmemBytes = c.smem;
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = c.ksplit > 1 ? 1 : 0;  // split-K: PDL secondary of the zero kernel
-  PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_fused_kernel<T, NGW, ST>, q));
+  // split-K: PDL secondary of the zero kernel
+  launch_kernel(shrink_fused_kernel<T, NGW, ST>, dim3(unsigned(tiles), unsigned(c.ksplit), 1),
+                dim3(H::kFusedThreads), c.smem, st, c.ksplit > 1, q);
 }
 
 template <class T>
@@ -711,9 +692,9 @@ int launch_shrink_partials(const LoraShrinkArgs& a, float* partials, cudaStream_
   p.y = partials;
   const bool vec = vec_ok(a, p);
   switch (a.dtype) {
-    case DType::f32: launch_gemv_t<float, float, OutMode::partial>(p, vec, c, stream, true); break;
-    case DType::f16: launch_gemv_t<__half, float, OutMode::partial>(p, vec, c, stream, true); break;
-    case DType::bf16: launch_gemv_t<__nv_bfloat16, float, OutMode::partial>(p, vec, c, stream, true); break;
+    case DType::f32: launch_gemv_t<float, float, OutMode::partial>(p, vec, c, stream); break;
+    case DType::f16: launch_gemv_t<__half, float, OutMode::partial>(p, vec, c, stream); break;
+    case DType::bf16: launch_gemv_t<__nv_bfloat16, float, OutMode::partial>(p, vec, c, stream); break;
   }
   return c.nsplit;
 }

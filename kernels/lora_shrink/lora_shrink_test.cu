@@ -140,17 +140,11 @@ TEST(LoraShrink, NanPadding) {
   c.nan_pad = true;
   run_case(c);
 }
-std::vector<int> many_ranks() {  // 40 slots: mixed true ranks, empty slots, rank 1
-  const int pat[6] = {16, 64, 8, 0, 33, 1};
-  std::vector<int> r;
-  for (int i = 0; i < 40; ++i) r.push_back(pat[i % 6]);
-  return r;
-}
 // Decode kernel, both modes (one token per block with many adapters; token tiles with few), NaN
 // padding, misaligned K.
 TEST(LoraShrink, DecodeManyAdapters) {
   for (int T : {16, 64, 128}) {
-    ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, many_ranks()};
+    ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, testutil::many_ranks()};
     c.nan_pad = true;
     run_case(c);
     ShrinkCase d{DType::bf16, DType::f32, T, 2049, 1, {64, 16}};

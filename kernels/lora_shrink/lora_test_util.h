@@ -108,6 +108,14 @@ inline std::vector<int32_t> make_mapping(int T, const std::vector<int>& ranks, u
 
 // Device copy with guard regions before and after (kGuard elements each, a canary pattern).
 constexpr std::size_t kGuard = 64;
+// 40 slots for the decode tests: mixed true ranks (1, 8, 16, 33, 64) and empty (rank 0) slots.
+inline std::vector<int> many_ranks() {
+  const int pat[6] = {16, 64, 8, 0, 33, 1};
+  std::vector<int> r;
+  for (int i = 0; i < 40; ++i) r.push_back(pat[i % 6]);
+  return r;
+}
+
 inline uint32_t canary(DType t) { return t == DType::f32 ? 0x7fc0beefu : 0x7e5au; }
 struct Guarded {
   DeviceBuffer buf;

@@ -138,17 +138,8 @@ void launch_cfg(const DecodeParams& p, bool vec, cudaStream_t st) {
   if (rblk == 0 || tiles == 0) return;
   PUNICA_REQUIRE(tiles <= 65535 && rblk * p.S < (int64_t(1) << 31), ErrorKind::usage,
                  "lora_shrink: too many tokens for the decode kernel");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(rblk * p.S), unsigned(tiles), 1);
-  cfg.blockDim = dim3(H::kDecThreads);
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (vec) PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_decode_kernel<T, TO, RB, TB, PT, true>, p));
-  else PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_decode_kernel<T, TO, RB, TB, PT, false>, p));
+  launch_kernel(vec ? shrink_decode_kernel<T, TO, RB, TB, PT, true> : shrink_decode_kernel<T, TO, RB, TB, PT, false>,
+                dim3(unsigned(rblk * p.S), unsigned(tiles), 1), dim3(H::kDecThreads), 0, st, true, p);
 }
 
 template <class T, class TO>
