@@ -164,58 +164,6 @@ TEST(AddLoraLinear, DecodeManyAdapters) {
 // random adapter per token; separates the kernels' cost from that of the scattered row gather.
 struct PerfShape { int T; int64_t H; int r; int adapters; std::vector<int64_t> widths; bool blocked = false; };
 
-struct Timer {
-  cudaEvent_t a, b;
-  Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
-  ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
-};
-
-template <class F>
-double cold_us(F&& f, DeviceBuffer& flush, int iters = 15) {
-  Timer tm;
-  std::vector<float> v;
-  for (int i = 0; i < iters + 2; ++i) {
-    PUNICA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xff, flush.bytes(), nullptr));
-    cudaEventRecord(tm.a, nullptr);
-    f(cudaStream_t(nullptr));
-    cudaEventRecord(tm.b, nullptr);
-    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, tm.a, tm.b);
-    if (i >= 2) v.push_back(ms * 1000.f);
-  }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double graph_us(F&& f, int calls = 20) {
-  cudaStream_t st;
-  PUNICA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  PUNICA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) f(st);
-  PUNICA_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-  cudaGraphExec_t ge;
-  PUNICA_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  Timer tm;
-  std::vector<float> v;
-  for (int i = 0; i < 7; ++i) {
-    cudaEventRecord(tm.a, st);
-    PUNICA_CUDA_CHECK(cudaGraphLaunch(ge, st));
-    cudaEventRecord(tm.b, st);
-    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, tm.a, tm.b);
-    if (i >= 2) v.push_back(ms * 1000.f / calls);
-  }
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(st);
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void perf_shape(const PerfShape& p) {
   const double bw = 4.3e12;
   const int L = std::max(p.adapters, 1);
@@ -271,10 +219,10 @@ void perf_shape(const PerfShape& p) {
   for (int i = 0; i < 3; ++i) { sh(nullptr); ex(nullptr); lin(nullptr); }
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   struct Row { const char* name; double floor, cold, graph; };
-  Row rows[] = {{"shrink", fs, cold_us(sh, flush), graph_us(sh)},
-                {"expand", fe, cold_us(ex, flush), graph_us(ex)},
-                {"shrink+expand", fl, cold_us(both, flush), graph_us(both)},
-                {"add_lora_linear", fl, cold_us(lin, flush), graph_us(lin)}};
+  Row rows[] = {{"shrink", fs, cold_us(sh, flush), graph_us(sh, 20, 7)},
+                {"expand", fe, cold_us(ex, flush), graph_us(ex, 20, 7)},
+                {"shrink+expand", fl, cold_us(both, flush), graph_us(both, 20, 7)},
+                {"add_lora_linear", fl, cold_us(lin, flush), graph_us(lin, 20, 7)}};
   for (const Row& r : rows)
     std::printf("PERF%s T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (target %.2f)\n",
                 p.blocked ? "[blocked]" : "", p.T, (long long)p.H, R, L, active, S, (long long)total, r.name, r.floor, r.cold,
@@ -289,7 +237,7 @@ void perf_shape(const PerfShape& p) {
       auto f = [&](cudaStream_t st) { detail::launch_lora_expand_with(ea, k.first, st); };
       for (int i = 0; i < 3; ++i) f(nullptr);
       PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
-      const double cold = cold_us(f, flush), graph = graph_us(f);
+      const double cold = cold_us(f, flush), graph = graph_us(f, 20, 7);
       std::printf("PERF%s T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (%.0f%%)\n",
                   p.blocked ? "[blocked]" : "", p.T, (long long)p.H, R, L, active, S, (long long)total, k.second, fe, cold,
                   100.0 * fe / cold, graph, 100.0 * fe / graph);

@@ -204,56 +204,6 @@ TEST(LoraShrink, LargePrefillMixed) {
 }
 
 // ---- perf: cold (256 MiB L2 flush before each launch) and back to back in a CUDA graph.
-struct PerfTimer {
-  cudaEvent_t a, b;
-  PerfTimer() { cudaEventCreate(&a); cudaEventCreate(&b); }
-  ~PerfTimer() { cudaEventDestroy(a); cudaEventDestroy(b); }
-};
-template <class F>
-double perf_cold_us(F&& f, DeviceBuffer& flush, int iters = 15) {
-  PerfTimer tm;
-  std::vector<float> v;
-  for (int i = 0; i < iters + 2; ++i) {
-    PUNICA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xff, flush.bytes(), nullptr));
-    cudaEventRecord(tm.a, nullptr);
-    f(cudaStream_t(nullptr));
-    cudaEventRecord(tm.b, nullptr);
-    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, tm.a, tm.b);
-    if (i >= 2) v.push_back(ms * 1000.f);
-  }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-template <class F>
-double perf_graph_us(F&& f, int calls = 50) {
-  cudaStream_t st;
-  PUNICA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  PUNICA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) f(st);
-  PUNICA_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-  cudaGraphExec_t ge;
-  PUNICA_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  PerfTimer tm;
-  std::vector<float> v;
-  for (int i = 0; i < 9; ++i) {
-    cudaEventRecord(tm.a, st);
-    PUNICA_CUDA_CHECK(cudaGraphLaunch(ge, st));
-    cudaEventRecord(tm.b, st);
-    PUNICA_CUDA_CHECK(cudaEventSynchronize(tm.b));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, tm.a, tm.b);
-    if (i >= 2) v.push_back(ms * 1000.f / calls);
-  }
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(st);
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void perf_shrink(int T, int64_t H, int R, int L, int S) {
   std::vector<int32_t> map(static_cast<std::size_t>(T));
   for (int t = 0; t < T; ++t) map[std::size_t(t)] = int32_t(hash_below(77, uint64_t(t), uint64_t(L)));
@@ -282,7 +232,7 @@ void perf_shrink(int T, int64_t H, int R, int L, int S) {
     auto f = [&](cudaStream_t st) { detail::launch_lora_shrink_with(a, k.first, st); };
     for (int i = 0; i < 3; ++i) f(nullptr);
     PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
-    const double cold = perf_cold_us(f, flush), graph = perf_graph_us(f);
+    const double cold = cold_us(f, flush), graph = graph_us(f, 50, 9);
     std::printf("SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d %-14s floor %7.2f us  cold %8.2f us (%3.0f%%)  graph %8.2f us (%3.0f%%)\n",
                 T, (long long)H, R, L, S, k.second, floor_us, cold, 100.0 * floor_us / cold, graph,
                 100.0 * floor_us / graph);

@@ -173,4 +173,60 @@ inline std::size_t compare(const HostTensor& got, const HostTensor& ref, float r
   return wrong;
 }
 
+// ---- perf tests (diagnostic timing printed by the *Perf* tests, not asserted): the median of
+// cold single launches (a memset of `flush` evicts L2 before each), and the per-call time of
+// `calls` launches captured in one CUDA graph (median of reps - 2 replays after 2 warm-ups).
+struct EventPair {
+  cudaEvent_t a, b;
+  EventPair() { PUNICA_CUDA_CHECK(cudaEventCreate(&a)); PUNICA_CUDA_CHECK(cudaEventCreate(&b)); }
+  ~EventPair() { cudaEventDestroy(a); cudaEventDestroy(b); }
+  float elapsed_us() const {
+    float ms = 0;
+    PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return ms * 1000.f;
+  }
+};
+inline double median_of(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+template <class F>
+double cold_us(F&& f, DeviceBuffer& flush, int iters = 15) {
+  EventPair ev;
+  std::vector<float> v;
+  for (int i = 0; i < iters + 2; ++i) {
+    PUNICA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xff, flush.bytes(), nullptr));
+    PUNICA_CUDA_CHECK(cudaEventRecord(ev.a, nullptr));
+    f(cudaStream_t(nullptr));
+    PUNICA_CUDA_CHECK(cudaEventRecord(ev.b, nullptr));
+    PUNICA_CUDA_CHECK(cudaEventSynchronize(ev.b));
+    if (i >= 2) v.push_back(ev.elapsed_us());
+  }
+  return median_of(v);
+}
+template <class F>
+double graph_us(F&& f, int calls, int reps) {
+  cudaStream_t st;
+  PUNICA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  PUNICA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) f(st);
+  PUNICA_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  cudaGraphExec_t ge;
+  PUNICA_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  EventPair ev;
+  std::vector<float> v;
+  for (int i = 0; i < reps; ++i) {
+    PUNICA_CUDA_CHECK(cudaEventRecord(ev.a, st));
+    PUNICA_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    PUNICA_CUDA_CHECK(cudaEventRecord(ev.b, st));
+    PUNICA_CUDA_CHECK(cudaEventSynchronize(ev.b));
+    if (i >= 2) v.push_back(ev.elapsed_us() / calls);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+  return median_of(v);
+}
+
 }  // namespace punica::kernels::testutil
