@@ -96,6 +96,20 @@ __device__ __forceinline__ void add_products(T* tile, const float (&acc)[MI][NI]
     }
 }
 
+// The y rows of a BM x BN tile (row i -> token stok[i], -1 = skip) into shared memory, 16-byte
+// cp.async chunks (the last chunk of a slice partial), not committed.
+template <class T, int BM, int BN, int YP, int NT>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* Y, int64_t ldy, const int* stok, int nvalid) {
+  constexpr int CPR = BN / 8;
+#pragma unroll 4
+  for (int idx = threadIdx.x; idx < BM * CPR; idx += NT) {
+    const int row = idx / CPR, c = (idx % CPR) * 8;
+    const int t = stok[row];
+    if (t < 0 || c >= nvalid) continue;
+    lora_dev::cp_async16(lora_dev::smem_u32(tile + row * YP + c), Y + int64_t(t) * ldy + c, 2 * min(8, nvalid - c));
+  }
+}
+
 // The finished BM x BN tile to its gathered y rows (row i -> token stok[i], -1 = skip) with 16-byte
 // coalesced stores; the last partial chunk of a slice element by element.
 template <class T, int BM, int BN, int YP, int NT>
@@ -182,16 +196,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
   };
 
   // The y tile first (only when added to): the longest-latency bytes leave before anything else.
-  if (p.add) {
-    constexpr int CPR = BN / 8;
-#pragma unroll 4
-    for (int idx = tid; idx < BM * CPR; idx += NT) {
-      const int row = idx / CPR, c = (idx % CPR) * 8;
-      const int t = stok[row];
-      if (t < 0 || c >= nvalid) continue;
-      cp_async16(smem_u32(sy + row * YP + c), Y + int64_t(t) * p.ldy + c, 2 * min(8, nvalid - c));
-    }
-  }
+  if (p.add) load_tile_async<T, BM, BN, YP, NT>(sy, Y, p.ldy, stok, nvalid);
   stage(0);
   cp_async_commit();
 
@@ -305,16 +310,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
     const int64_t n0 = int64_t(j0 + j) * BN;
     const int nvalid = Ns - n0 < BN ? int(Ns - n0) : BN;
     T* const dy = sy + (j % NS) * (BM * YP);
-    if (p.add) {
-      constexpr int CPR = BN / 8;
-#pragma unroll 4
-      for (int idx = tid; idx < BM * CPR; idx += NT) {
-        const int row = idx / CPR, c = (idx % CPR) * 8;
-        const int t = stok[row];
-        if (t < 0 || c >= nvalid) continue;
-        cp_async16(smem_u32(dy + row * YP + c), Ys + int64_t(t) * p.ldy + n0 + c, 2 * min(8, nvalid - c));
-      }
-    }
+    if (p.add) load_tile_async<T, BM, BN, YP, NT>(dy, Ys + n0, p.ldy, stok, nvalid);
     T* const db = sb + (j % NS) * (BN * KP);
     constexpr int BCPR = RK / 8;
     const T* Bt = Bl + n0 * p.R;
