@@ -173,7 +173,8 @@ inline std::size_t compare(const HostTensor& got, const HostTensor& ref, float r
   return wrong;
 }
 
-// ---- perf tests (diagnostic timing printed by the *Perf* tests, not asserted): the median of
+// ---- timing (the DISABLED_ perf tests print it, nothing asserts it; run them by hand with
+// --gtest_also_run_disabled_tests): the median of
 // cold single launches (a memset of `flush` evicts L2 before each), and the per-call time of
 // `calls` launches captured in one CUDA graph (median of reps - 2 replays after 2 warm-ups).
 struct EventPair {
