@@ -120,6 +120,11 @@ TEST(AddLoraEmbedding, EdgeBatches) {
     run_case({t, 64, 512, 64, {16, 16}, 16, {-1}}, ++seed);                  // all -1
     run_case({t, 3000, 2048, 256, {8, 64, 16}, 64, {-1, 0, 1, 2}, true, 0, true, true}, ++seed);
     run_case({t, 9000, 256, 256, {8, 64, 16}, 64, {-1, 0, 2}, true, 8, true, true}, ++seed);
+    // Prefill through the pipelined tensor-core expand with gathered A rows (16-bit, max_rank
+    // <= 16 and <= 64 configurations), with and without add_inputs, ragged adapter tiles.
+    run_case({t, 1000, 4096, 777, {16, 8, 16}, 16, {-1, 0, 1, 2}, true, 0, true, true}, ++seed);
+    run_case({t, 700, 1032, 99, {8, 16}, 16, {0, 1}, false, 0, true, true}, ++seed);
+    run_case({t, 2000, 3000, 500, {32, 24, 8}, 32, {-1, 0, 1, 2}, true, 16, true, true}, ++seed);
   }
 }
 

@@ -123,6 +123,11 @@ TEST(AddLoraLogits, EdgeBatches) {
     run_case({t, 1, 512, 1000, {16, 8}, 16, {1}}, ++seed);
     run_case({t, 16, 512, 1000, {16, 8}, 16, {-1}}, ++seed);
     run_case({t, 200, 1024, 5000, {8, 16, 64, 16}, 64, {-1, 0, 1, 3}, 0.5f, 0, 0, true}, ++seed);
+    // > 128 rows: the pipelined tensor-core expand (16-bit, 16-byte rows; max_rank 16 and 64
+    // configurations), and the sorted fallback for an odd vocabulary.
+    run_case({t, 300, 1024, 32000, {8, 16, 64, 16}, 64, {-1, 0, 1, 3}, 0.5f, 0, 8, true}, ++seed);
+    run_case({t, 257, 512, 20000, {16, 8}, 16, {-1, 0, 1}, 1.0f, 0, 0, true}, ++seed);
+    run_case({t, 300, 1024, 32003, {8, 16, 64, 16}, 64, {0, 1, 3}, 0.5f, 0, 0, true}, ++seed);
   }
 }
 

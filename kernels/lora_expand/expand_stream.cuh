@@ -34,6 +34,10 @@ struct Params {
   void* y;
   int64_t ldy;
   int add;
+  // Pipe kernel only: when set, x is an A table [L, x_vocab, R] and token t's x row is
+  // A[l][x_ids[t]] (add_lora_embedding; ids outside [0, x_vocab) read as zeros). One slice.
+  const int32_t* x_ids;
+  int64_t x_vocab;
 };
 
 template <class T> struct Pack2;
@@ -42,8 +46,10 @@ template <> struct Pack2<__nv_bfloat16> {
     __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<uint32_t*>(&v);
   }
-  static __device__ __forceinline__ float2 unpack(uint32_t u) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+  static __device__ __forceinline__ uint32_t add(uint32_t a, uint32_t b) {
+    const __nv_bfloat162 v =
+        __hadd2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&v);
   }
 };
 template <> struct Pack2<__half> {
@@ -51,8 +57,9 @@ template <> struct Pack2<__half> {
     __half2 v = __floats2half2_rn(a, b);
     return *reinterpret_cast<uint32_t*>(&v);
   }
-  static __device__ __forceinline__ float2 unpack(uint32_t u) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&u));
+  static __device__ __forceinline__ uint32_t add(uint32_t a, uint32_t b) {
+    const __half2 v = __hadd2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&v);
   }
 };
 
@@ -71,7 +78,11 @@ __device__ __forceinline__ uint32_t xpair(const TI* src) {
 }
 
 // Rounded products (+ the old y already in the tile) into the shared y tile: each thread owns its
-// mma fragment elements (warp (wm, wn) covers rows wm*TM.. and columns wn*TN..).
+// mma fragment elements (warp (wm, wn) covers rows wm*TM.. and columns wn*TN..). The pair of
+// products is rounded to T (vLLM rounds the dot to the output dtype) and added to the old pair in
+// T arithmetic (one HADD2): the exact sum of two T values rounded once, which equals the fp32 sum
+// rounded to T (the fp32 sum of two bf16 / fp16 values is exact unless their exponents differ by
+// more than 16 / 13 bits, and then the smaller one is below half an ulp of T).
 template <class T, int MI, int NI, int TM, int TN, int YP>
 __device__ __forceinline__ void add_products(T* tile, const float (&acc)[MI][NI][4], int wm, int wn, int lane,
                                              bool add) {
@@ -84,51 +95,71 @@ __device__ __forceinline__ void add_products(T* tile, const float (&acc)[MI][NI]
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
         uint32_t* e = reinterpret_cast<uint32_t*>(tile + row * YP + wn * TN + ni * 8 + 2 * q);
-        float v0 = lora_dev::round_to<T>(acc[mi][ni][2 * h]);
-        float v1 = lora_dev::round_to<T>(acc[mi][ni][2 * h + 1]);
-        if (add) {
-          const float2 o = Pack2<T>::unpack(*e);
-          v0 += o.x;
-          v1 += o.y;
-        }
-        *e = Pack2<T>::pack(v0, v1);
+        const uint32_t v = Pack2<T>::pack(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+        *e = add ? Pack2<T>::add(v, *e) : v;
       }
     }
 }
 
-// The y rows of a BM x BN tile (row i -> token stok[i], -1 = skip) into shared memory, 16-byte
-// cp.async chunks (the last chunk of a slice partial), not committed.
+// The 16-byte chunks one thread moves between a BM x BN y tile in shared memory (row pitch YP) and
+// the gathered y rows in global memory: with NT threads, thread i always owns column chunk
+// i % (BN / 8) of rows i / (BN / 8) + k * NT / (BN / 8). The rows (token ids, -1 = no token) are
+// read once per block, so that a pipelined block moving several column tiles of the same rows pays
+// an add (or one wide multiply-add) per chunk instead of the index arithmetic, the token-id load
+// and the checks (ncu, git f5a0ad2: that arithmetic was ~30% of the pipe kernel's instructions).
 template <class T, int BM, int BN, int YP, int NT>
-__device__ __forceinline__ void load_tile_async(T* tile, const T* Y, int64_t ldy, const int* stok, int nvalid) {
-  constexpr int CPR = BN / 8;
-#pragma unroll 4
-  for (int idx = threadIdx.x; idx < BM * CPR; idx += NT) {
-    const int row = idx / CPR, c = (idx % CPR) * 8;
-    const int t = stok[row];
-    if (t < 0 || c >= nvalid) continue;
-    lora_dev::cp_async16(lora_dev::smem_u32(tile + row * YP + c), Y + int64_t(t) * ldy + c, 2 * min(8, nvalid - c));
-  }
-}
-
-// The finished BM x BN tile to its gathered y rows (row i -> token stok[i], -1 = skip) with 16-byte
-// coalesced stores; the last partial chunk of a slice element by element.
-template <class T, int BM, int BN, int YP, int NT>
-__device__ __forceinline__ void store_tile(T* Y, int64_t ldy, const T* tile, const int* stok, int nvalid) {
-  constexpr int CPR = BN / 8;
-#pragma unroll 4
-  for (int idx = threadIdx.x; idx < BM * CPR; idx += NT) {
-    const int row = idx / CPR, c = (idx % CPR) * 8;
-    const int t = stok[row];
-    if (t < 0 || c >= nvalid) continue;
-    T* dst = Y + int64_t(t) * ldy + c;
-    const T* src = tile + row * YP + c;
-    if (c + 8 <= nvalid) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    } else {
-      for (int e = 0; e < nvalid - c; ++e) dst[e] = src[e];
+struct TileRows {
+  static constexpr int CPR = BN / 8, RSTEP = NT / CPR, P = BM * CPR / NT;
+  static_assert(NT % CPR == 0 && (BM * CPR) % NT == 0, "whole rows per pass");
+  // Up to two rows per thread: the 64-bit offsets are held; more rows: the token ids (32-bit) are
+  // held and the offset is formed on use, which keeps the 64-register configuration (four rows per
+  // thread) from losing registers to eight offset halves.
+  static constexpr bool kHold64 = P <= 2;
+  using Held = std::conditional_t<kHold64, int64_t, int>;
+  Held h[P];
+  int64_t ldy;
+  int c, row0;
+  __device__ __forceinline__ void init(const int* stok, int64_t ldy_) {
+    ldy = ldy_;
+    c = (int(threadIdx.x) % CPR) * 8;
+    row0 = int(threadIdx.x) / CPR;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int t = stok[row0 + k * RSTEP];
+      if constexpr (kHold64) h[k] = t >= 0 ? int64_t(t) * ldy + c : -1;
+      else h[k] = t;
     }
   }
-}
+  __device__ __forceinline__ bool has(int k) const { return h[k] >= 0; }
+  __device__ __forceinline__ int64_t off(int k) const {
+    if constexpr (kHold64) return h[k];
+    else return int64_t(h[k]) * ldy + c;
+  }
+  // Y: the tile's first column (slice base + n0); nvalid: valid columns of the tile (<= BN).
+  // cp.async, zero-filled past nvalid, not committed.
+  __device__ __forceinline__ void load_async(T* tile, const T* Y, int nvalid) const {
+    if (c >= nvalid) return;
+    const int nb = 2 * min(8, nvalid - c);
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+      if (has(k)) lora_dev::cp_async16(lora_dev::smem_u32(tile + (row0 + k * RSTEP) * YP + c), Y + off(k), nb);
+  }
+  // 16-byte coalesced stores; the last partial chunk of a slice element by element.
+  __device__ __forceinline__ void store(T* Y, const T* tile, int nvalid) const {
+    if (c >= nvalid) return;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      if (!has(k)) continue;
+      T* dst = Y + off(k);
+      const T* src = tile + (row0 + k * RSTEP) * YP + c;
+      if (c + 8 <= nvalid) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+        for (int e = 0; e < nvalid - c; ++e) dst[e] = src[e];
+      }
+    }
+  }
+};
 
 template <int BM, int BN, int BK, class TI>
 struct Layout {
@@ -196,7 +227,11 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
   };
 
   // The y tile first (only when added to): the longest-latency bytes leave before anything else.
-  if (p.add) load_tile_async<T, BM, BN, YP, NT>(sy, Y, p.ldy, stok, nvalid);
+  if (p.add) {  // the row offsets are recomputed for the store: not held through the mma loop
+    TileRows<T, BM, BN, YP, NT> yrows;
+    yrows.init(stok, p.ldy);
+    yrows.load_async(sy, Y, nvalid);
+  }
   stage(0);
   cp_async_commit();
 
@@ -249,7 +284,9 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
 
   add_products<T, MI, NI, TM, TN, YP>(sy, acc, wm, wn, lane, p.add);
   __syncthreads();
-  store_tile<T, BM, BN, YP, NT>(Y, p.ldy, sy, stok, nvalid);
+  TileRows<T, BM, BN, YP, NT> yrows;
+  yrows.init(stok, p.ldy);
+  yrows.store(Y, sy, nvalid);
 }
 
 // Pipelined variant for max_rank <= RK (the common LoRA ranks): a block owns BM tokens of one
@@ -304,13 +341,15 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
   __syncthreads();
   const T* Bl = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
   T* const Ys = static_cast<T*>(p.y) + p.col[s];
+  TileRows<T, BM, BN, YP, NT> yrows;
+  yrows.init(stok, p.ldy);
 
   // y and B of column tile j (block-relative) into stage j % NS; B zero-filled past the true rank.
   auto issue = [&](int j) {
     const int64_t n0 = int64_t(j0 + j) * BN;
     const int nvalid = Ns - n0 < BN ? int(Ns - n0) : BN;
     T* const dy = sy + (j % NS) * (BM * YP);
-    if (p.add) load_tile_async<T, BM, BN, YP, NT>(dy, Ys + n0, p.ldy, stok, nvalid);
+    if (p.add) yrows.load_async(dy, Ys + n0, nvalid);
     T* const db = sb + (j % NS) * (BN * KP);
     constexpr int BCPR = RK / 8;
     const T* Bt = Bl + n0 * p.R;
@@ -333,8 +372,13 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
       const int row = idx / QPR, k = (idx % QPR) * 4;
       const int t = stok[row];
       float v[4] = {0.f, 0.f, 0.f, 0.f};
-      if (t >= 0 && k < r) {
-        const TI* src = X + int64_t(t) * p.R + k;
+      int64_t xr = t;  // x row of the token
+      if (p.x_ids != nullptr && t >= 0) {
+        const int32_t id = p.x_ids[t];
+        xr = id >= 0 && id < p.x_vocab ? int64_t(l) * p.x_vocab + id : -1;
+      }
+      if (xr >= 0 && k < r) {
+        const TI* src = X + xr * p.R + k;
         if (k + 4 <= r) {
           if constexpr (std::is_same_v<TI, float>) {
             const float4 f = __ldg(reinterpret_cast<const float4*>(src));
@@ -396,7 +440,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
     add_products<T, MI, NI, TM, TN, YP>(cy, acc, wm, wn, lane, p.add);
     __syncthreads();
     const int64_t n0 = int64_t(j0 + j) * BN;
-    store_tile<T, BM, BN, YP, NT>(Ys + n0, p.ldy, cy, stok, Ns - n0 < BN ? int(Ns - n0) : BN);
+    yrows.store(Ys + n0, cy, Ns - n0 < BN ? int(Ns - n0) : BN);
   }
   cp_async_wait<0>();
 }

@@ -423,7 +423,8 @@ expand_stream::Params stream_params(const ExpandParams& e) {
 // Pipelined kernel (max_rank <= RK): groups of ntb column tiles of one slice per block, ntb at most
 // max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block).
 template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
-void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st) {
+void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
+                 int64_t x_vocab = 0) {
   using Lay = expand_stream::PipeLayout<BM, BN, RK, NS>;
   auto* k = expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>;
   static std::atomic<uint64_t> attr{0};
@@ -447,7 +448,10 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st) {
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
   const int64_t gy = (e.T + BM - 1) / BM + e.L + 1;
   PUNICA_REQUIRE(gy <= 65535 && gx <= 0x7fffffff, ErrorKind::usage, "lora_expand: too many tokens for one launch");
-  k<<<dim3(unsigned(gx), unsigned(gy)), WM * WN * 32, Lay::total, st>>>(stream_params(e), ntb);
+  expand_stream::Params sp = stream_params(e);
+  sp.x_ids = x_ids;
+  sp.x_vocab = x_vocab;
+  k<<<dim3(unsigned(gx), unsigned(gy)), WM * WN * 32, Lay::total, st>>>(sp, ntb);
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 
@@ -506,6 +510,32 @@ void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, c
 }  // namespace
 
 namespace detail {
+
+bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x_vocab, cudaStream_t stream) {
+  if (a.num_slices != 1 || a.max_rank > 64 || a.max_rank < 0 || a.num_tokens <= 0 || a.max_loras <= 0 ||
+      (a.num_tokens + 63) / 64 + a.max_loras + 1 > 65535)
+    return false;  // the launch grid's y extent (token tiles + adapters) must fit
+  if (a.lora_ranks == nullptr || (x_ids != nullptr && a.in_dtype != a.dtype)) return false;
+  int64_t maxN = 0;
+  const ExpandParams p = make_params(a, maxN);
+  if (maxN == 0 || !H::use_mma(a.dtype, a.num_tokens, a.max_rank, b_vec_ok(a)) || !fast_ok(a, p)) return false;
+  auto run = [&](auto tag, auto in_tag) {
+    using T = decltype(tag);
+    using TI = decltype(in_tag);
+    if (a.max_rank <= 16) launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, stream, x_ids, x_vocab);
+    else launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, stream, x_ids, x_vocab);
+  };
+  auto run_t = [&](auto tag) {
+    using T = decltype(tag);
+    if (a.in_dtype == DType::f32) run(T{}, float{});
+    else if (a.in_dtype == a.dtype) run(T{}, T{});
+    else if (a.in_dtype == DType::f16) run(T{}, __half{});
+    else run(T{}, __nv_bfloat16{});
+  };
+  if (a.dtype == DType::bf16) run_t(__nv_bfloat16{});
+  else run_t(__half{});
+  return true;
+}
 
 void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
   validate(a);

@@ -18,6 +18,36 @@ void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which,
 // The prefill kernel that launch_lora_expand_with(a, which) runs (automatic = not a prefill kernel).
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which);
 
+// The pipelined prefill kernel alone (add_lora_embedding, add_lora_logits): runs only where its
+// preconditions hold (one slice, 16-bit B / y, max_rank <= 64 and % 8, prefill-sized T, 16-byte
+// rows) and returns false without launching anything otherwise. With x_ids, token t's x row is
+// the A-table row x[l][x_ids[t]] ([L, x_vocab, max_rank], the dtype of B; ids outside
+// [0, x_vocab) read as zeros) instead of x[t].
+bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x_vocab, cudaStream_t stream);
+
+// One-slice expand arguments (offset 0) for the callers of launch_expand_pipe.
+inline LoraExpandArgs one_slice_expand(DType in_dtype, DType dtype, int64_t num_tokens, const void* x,
+                                       const void* b, int64_t n, int max_loras, int max_rank,
+                                       const int32_t* ranks, const LoraMetaView& meta, void* y,
+                                       int64_t y_row_stride, bool add_inputs) {
+  LoraExpandArgs e;
+  e.in_dtype = in_dtype;
+  e.dtype = dtype;
+  e.num_tokens = num_tokens;
+  e.x = x;
+  e.num_slices = 1;
+  e.lora_b[0] = b;
+  e.slice_width[0] = n;
+  e.max_loras = max_loras;
+  e.max_rank = max_rank;
+  e.lora_ranks = ranks;
+  e.meta = meta;
+  e.y = y;
+  e.y_row_stride = y_row_stride;
+  e.add_inputs = add_inputs;
+  return e;
+}
+
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
                                  cudaStream_t stream);
 
