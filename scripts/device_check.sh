@@ -77,8 +77,15 @@ case "$PROFILE" in
     # Model-shaped layers with tp <= GPUs present (larger tp would only be skips), prefill and
     # decode in separate result files so that one slow step cannot lose the other.
     TPS=$(seq -s '|' 1 $NGPU | sed 's/|$//')
+    # LAYERS_FILTER narrows the cases (e.g. 'model=llama-3-70b', whose CPU reference is slow enough
+    # to want its own call); a phase without a matching case is skipped, not failed.
     for ph in prefill decode; do
-      step layers_llama_$ph $MPI $PB run --backend cuda --sample-rows 16 --iters 20 -f "^${ph}_.*${LAYERS_FILTER:-}.*/tp=(${TPS})/" \
+      F="^${ph}_.*${LAYERS_FILTER:-}.*/tp=(${TPS})/"
+      if ! $PB list -f "$F" scenarios/layers_llama.json 2>/dev/null | grep -q .; then
+        echo "$(date +%H:%M:%S) skip layers_llama_$ph: no case matches $F" | tee -a "$OUT/logs/steps.txt"
+        continue
+      fi
+      step layers_llama_$ph $MPI $PB run --backend cuda --sample-rows 16 --iters 20 -f "$F" \
         -o "$OUT/layers_llama_${ph}_np$NGPU.json" --overwrite scenarios/layers_llama.json
     done
     ;;
