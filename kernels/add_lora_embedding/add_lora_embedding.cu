@@ -24,8 +24,7 @@ void launch_add_lora_embedding(const AddLoraEmbeddingArgs& a, cudaStream_t strea
   // Prefill with 16-bit rows and max_rank <= 64: the pipelined tensor-core expand with the A rows
   // gathered per token (the CUDA-core sorted expand below reached 0.14-0.18 of the floor at
   // Llama-3-8B prefill shapes, git 2c77476).
-  if (a.meta.active_lora_ids &&
-      detail::launch_expand_pipe(detail::one_slice_expand(a.dtype, a.dtype, a.num_tokens, a.lora_a, a.lora_b,
+  if (detail::launch_expand_pipe(detail::one_slice_expand(a.dtype, a.dtype, a.num_tokens, a.lora_a, a.lora_b,
                                                           a.embed_dim, a.max_loras, a.max_rank, a.lora_ranks,
                                                           a.meta, a.y, a.y_row_stride, a.add_inputs),
                                  a.token_ids, a.vocab_size, stream))

@@ -55,8 +55,7 @@ void launch_add_lora_logits(const AddLoraLogitsArgs& a, cudaStream_t stream) {
     // The CUDA-core sorted expand below reached 0.17 of the floor at 256 rows of Llama-3-8B's
     // lm_head (git 2c77476); it stays for fewer rows, where each B row is read once per run of
     // equal slots and the tiles of 64 rows would be mostly empty.
-    if (a.meta.active_lora_ids &&
-        detail::launch_expand_pipe(detail::one_slice_expand(DType::f32, a.dtype, a.num_rows, u, a.lora_b,
+    if (detail::launch_expand_pipe(detail::one_slice_expand(DType::f32, a.dtype, a.num_rows, u, a.lora_b,
                                                             a.vocab_size, a.max_loras, a.max_rank, a.lora_ranks,
                                                             a.meta, a.y, a.y_row_stride, true),
                                    nullptr, 0, stream))

@@ -91,5 +91,63 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 12, 0), K::automatic), K::automatic);
 }
 
+// Which embedding / logits calls take the pipelined tensor-core expand (launch_expand_pipe); the
+// rest keep the sorted CUDA-core expand. Host pointers stand in for device ones: only their
+// alignment and presence are looked at.
+TEST(ExpandPipeRouting, Preconditions) {
+  alignas(16) static int32_t meta_words[8][4] = {};
+  alignas(16) static uint16_t x[64], b[64], y[64];
+  auto base = [&] {
+    LoraExpandArgs a;
+    a.in_dtype = DType::bf16;
+    a.dtype = DType::bf16;
+    a.num_tokens = 1000;
+    a.x = x;
+    a.num_slices = 1;
+    a.lora_b[0] = b;
+    a.slice_width[0] = 4096;
+    a.max_loras = 8;
+    a.max_rank = 16;
+    a.lora_ranks = meta_words[0];
+    a.meta.token_lora_mapping = meta_words[1];
+    a.meta.sorted_token_ids = meta_words[2];
+    a.meta.active_lora_ids = meta_words[3];
+    a.meta.num_tokens_per_lora = meta_words[4];
+    a.meta.lora_token_start_loc = meta_words[5];
+    a.meta.no_lora_flag = meta_words[6];
+    a.y = y;
+    a.y_row_stride = 4096;
+    return a;
+  };
+  const int32_t* ids = meta_words[7];
+  EXPECT_TRUE(detail::expand_pipe_ok(base(), ids));      // embedding prefill
+  EXPECT_TRUE(detail::expand_pipe_ok(base(), nullptr));  // plain x
+  {
+    LoraExpandArgs a = base();
+    a.in_dtype = DType::f32;  // logits: fp32 u
+    EXPECT_TRUE(detail::expand_pipe_ok(a, nullptr));
+    EXPECT_FALSE(detail::expand_pipe_ok(a, ids));  // gathered rows must be of B's dtype
+  }
+  auto refused = [&](auto edit) {
+    LoraExpandArgs a = base();
+    edit(a);
+    return !detail::expand_pipe_ok(a, ids);
+  };
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.num_tokens = 128; }));  // decode sizes: sorted expand
+  EXPECT_FALSE(refused([](LoraExpandArgs& a) { a.num_tokens = 129; }));
+  EXPECT_FALSE(refused([](LoraExpandArgs& a) { a.max_rank = 64; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.max_rank = 72; }));   // above the pipe's rank
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.max_rank = 12; }));   // rows not 16-byte
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.dtype = a.in_dtype = DType::f32; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.slice_width[0] = 2049; a.y_row_stride = 2049; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.y_row_stride = 4100; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.y = reinterpret_cast<uint8_t*>(y) + 2; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.num_slices = 2; a.slice_width[1] = 8; a.lora_b[1] = b; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.lora_ranks = nullptr; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.meta.no_lora_flag = nullptr; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.meta.active_lora_ids = nullptr; }));
+  EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.num_tokens = 64 * 65535; }));  // grid y extent
+}
+
 }  // namespace
 }  // namespace punica::kernels

@@ -511,14 +511,24 @@ void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, c
 
 namespace detail {
 
-bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x_vocab, cudaStream_t stream) {
+bool expand_pipe_ok(const LoraExpandArgs& a, const int32_t* x_ids) {
   if (a.num_slices != 1 || a.max_rank > 64 || a.max_rank < 0 || a.num_tokens <= 0 || a.max_loras <= 0 ||
       (a.num_tokens + 63) / 64 + a.max_loras + 1 > 65535)
     return false;  // the launch grid's y extent (token tiles + adapters) must fit
   if (a.lora_ranks == nullptr || (x_ids != nullptr && a.in_dtype != a.dtype)) return false;
+  const LoraMetaView& m = a.meta;  // the tile lookup reads the whole adapter-level metadata
+  if (!m.sorted_token_ids || !m.active_lora_ids || !m.num_tokens_per_lora || !m.lora_token_start_loc ||
+      !m.no_lora_flag)
+    return false;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  if (maxN == 0 || !H::use_mma(a.dtype, a.num_tokens, a.max_rank, b_vec_ok(a)) || !fast_ok(a, p)) return false;
+  return maxN > 0 && H::use_mma(a.dtype, a.num_tokens, a.max_rank, b_vec_ok(a)) && fast_ok(a, p);
+}
+
+bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x_vocab, cudaStream_t stream) {
+  if (!expand_pipe_ok(a, x_ids)) return false;
+  int64_t maxN = 0;
+  const ExpandParams p = make_params(a, maxN);
   auto run = [&](auto tag, auto in_tag) {
     using T = decltype(tag);
     using TI = decltype(in_tag);

@@ -20,10 +20,13 @@ ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefill
 
 // The pipelined prefill kernel alone (add_lora_embedding, add_lora_logits): runs only where its
 // preconditions hold (one slice, 16-bit B / y, max_rank <= 64 and % 8, prefill-sized T, 16-byte
-// rows) and returns false without launching anything otherwise. With x_ids, token t's x row is
+// rows, lora_ranks and the whole adapter-level metadata given) and returns false without launching
+// anything otherwise. With x_ids, token t's x row is
 // the A-table row x[l][x_ids[t]] ([L, x_vocab, max_rank], the dtype of B; ids outside
 // [0, x_vocab) read as zeros) instead of x[t].
 bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x_vocab, cudaStream_t stream);
+// Whether launch_expand_pipe(a, x_ids, ...) would launch (host only, no CUDA call).
+bool expand_pipe_ok(const LoraExpandArgs& a, const int32_t* x_ids);
 
 // One-slice expand arguments (offset 0) for the callers of launch_expand_pipe.
 inline LoraExpandArgs one_slice_expand(DType in_dtype, DType dtype, int64_t num_tokens, const void* x,
