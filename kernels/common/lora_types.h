@@ -8,6 +8,9 @@ namespace punica::kernels {
 
 constexpr int kMaxSlices = 8;  // qkv = 3, gate_up = 2, variable-slice merged column up to 8
 
+// 16-byte alignment of a tensor base (the vector paths of the kernels' launchers).
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // vLLM LoRAKernelMeta (lora_kernel_metadata.py). L = max_loras. All int32.
 struct LoraMetaView {
   const int32_t* token_lora_mapping = nullptr;    // [T] slot of token t, -1 = no LoRA

@@ -11,6 +11,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
 #include "kernels/lora_expand/expand_decode.h"
+#include "kernels/lora_expand/expand_params.h"
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_shrink/lora_device.cuh"
 
@@ -19,21 +20,10 @@ namespace {
 using namespace lora_dev;
 namespace H = expand_heur;
 
-struct DecodeParams {
-  const void* x;  // [S, T, R] of in dtype
-  int xdt;        // 0 fp32, 1 fp16, 2 bf16
-  int vecb;       // B rows 16-byte aligned (R % 8 == 0, aligned bases)
-  const void* b[kMaxSlices];
-  int64_t n[kMaxSlices];
-  int64_t col[kMaxSlices];
+struct DecodeParams : ExpandCore {  // x: [S, T, R] of the in dtype
+  int xdt;                     // 0 fp32, 1 fp16, 2 bf16
+  int vecb;                    // B rows 16-byte aligned (R % 8 == 0, aligned bases)
   int chunk0[kMaxSlices + 1];  // first column-chunk block of each slice
-  int64_t T;
-  int S, L, R;
-  const int32_t* ranks;
-  LoraMetaView meta;
-  void* y;
-  int64_t ldy;
-  int add;
 };
 
 __device__ __forceinline__ float load_in(const void* x, int dt, int64_t i) {
@@ -154,7 +144,6 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 template <class T, int G, int KV, int UNR, int TB, bool PT>
 void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
@@ -200,27 +189,9 @@ void launch_expand_decode(const LoraExpandArgs& a, cudaStream_t stream) {
                  "lora_expand: max_rank above 512");
   if (a.num_tokens == 0 || a.max_loras == 0) return;
   DecodeParams p{};
-  p.x = a.x;
+  static_cast<ExpandCore&>(p) = expand_core(a);
   p.xdt = a.in_dtype == DType::f32 ? 0 : a.in_dtype == DType::f16 ? 1 : 2;
-  int64_t c = a.offset_start;
-  for (int s = 0; s < kMaxSlices; ++s) {
-    p.b[s] = a.lora_b[s];
-    p.n[s] = s < a.num_slices ? a.slice_width[s] : 0;
-    p.col[s] = c;
-    c += p.n[s];
-  }
-  p.vecb = a.max_rank % 8 == 0;
-  for (int s = 0; s < a.num_slices; ++s)
-    if (!aligned16(a.lora_b[s])) p.vecb = 0;
-  p.T = a.num_tokens;
-  p.S = a.num_slices;
-  p.L = a.max_loras;
-  p.R = a.max_rank;
-  p.ranks = a.lora_ranks;
-  p.meta = a.meta;
-  p.y = a.y;
-  p.ldy = a.y_row_stride ? a.y_row_stride : c;
-  p.add = a.add_inputs ? 1 : 0;
+  p.vecb = expand_b_vec_ok(a) ? 1 : 0;
   const bool per_token = H::decode_per_token(a.num_tokens, a.max_loras);
   switch (a.dtype) {
     case DType::f32: launch_t<float>(p, per_token, stream); break;

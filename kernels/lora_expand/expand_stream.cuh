@@ -18,22 +18,12 @@
 #include <cstdint>
 #include <type_traits>
 #include "kernels/common/lora_types.h"
+#include "kernels/lora_expand/expand_params.h"
 #include "kernels/lora_shrink/lora_device.cuh"
 
 namespace punica::kernels::expand_stream {
 
-struct Params {
-  const void* x;  // [S, T, R] of TI
-  const void* b[kMaxSlices];
-  int64_t n[kMaxSlices];
-  int64_t col[kMaxSlices];  // first output column of each slice (offset_start included)
-  int64_t T;
-  int S, L, R;
-  const int32_t* ranks;
-  LoraMetaView meta;
-  void* y;
-  int64_t ldy;
-  int add;
+struct Params : ExpandCore {  // x: [S, T, R] of TI
   // Pipe kernel only: when set, x is an A table [L, x_vocab, R] and token t's x row is
   // A[l][x_ids[t]] (add_lora_embedding; ids outside [0, x_vocab) read as zeros). One slice.
   const int32_t* x_ids;

@@ -25,18 +25,7 @@ namespace {
 using namespace lora_dev;
 namespace H = expand_heur;
 
-struct ExpandParams {
-  const void* x;               // [S,T,R] of TI, or partials [nsplit,S,T,R] fp32
-  const void* b[kMaxSlices];
-  int64_t n[kMaxSlices];
-  int64_t col[kMaxSlices];     // first output column of each slice (offset_start included)
-  int64_t T;
-  int S, L, R;
-  const int32_t* ranks;
-  LoraMetaView meta;
-  void* y;
-  int64_t ldy;
-  int add;
+struct ExpandParams : ExpandCore {  // x: [S,T,R] of TI, or partials [nsplit,S,T,R] fp32
   int pair_ok;  // y row stride, slice columns and base even: 4-byte pair accesses
   int y16_ok;   // y row stride, slice columns and base keep 16-byte alignment
   int x_vec;    // x base 16-byte aligned and R % 4 == 0: 4-rank vector loads of x
@@ -318,7 +307,6 @@ __global__ void __launch_bounds__(H::kStThreads, MINB) expand_mma_staged_kernel(
 }
 
 // ---------------------------------------------------------------- host side
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 void validate(const LoraExpandArgs& a) {
   PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
@@ -329,25 +317,8 @@ void validate(const LoraExpandArgs& a) {
 
 ExpandParams make_params(const LoraExpandArgs& a, int64_t& maxN) {
   ExpandParams p{};
-  p.x = a.x;
-  int64_t c = a.offset_start;
-  maxN = 0;
-  for (int s = 0; s < kMaxSlices; ++s) {
-    p.b[s] = a.lora_b[s];
-    p.n[s] = s < a.num_slices ? a.slice_width[s] : 0;
-    p.col[s] = c;
-    c += p.n[s];
-    if (p.n[s] > maxN) maxN = p.n[s];
-  }
-  p.T = a.num_tokens;
-  p.S = a.num_slices;
-  p.L = a.max_loras;
-  p.R = a.max_rank;
-  p.ranks = a.lora_ranks;
-  p.meta = a.meta;
-  p.y = a.y;
-  p.ldy = a.y_row_stride ? a.y_row_stride : c;
-  p.add = a.add_inputs ? 1 : 0;
+  static_cast<ExpandCore&>(p) = expand_core(a);
+  maxN = expand_max_width(p);
   p.pair_ok = (p.ldy % 2 == 0) && (reinterpret_cast<uintptr_t>(a.y) % 4 == 0);
   for (int s = 0; s < a.num_slices; ++s)
     if (p.col[s] % 2 != 0) p.pair_ok = 0;
@@ -358,13 +329,6 @@ ExpandParams make_params(const LoraExpandArgs& a, int64_t& maxN) {
   p.x_vec = (a.max_rank % 4 == 0) && aligned16(a.x);
   p.nsplit = 0;
   return p;
-}
-
-bool b_vec_ok(const LoraExpandArgs& a) {
-  if (a.max_rank % 8 != 0) return false;
-  for (int s = 0; s < a.num_slices; ++s)
-    if (!aligned16(a.lora_b[s])) return false;
-  return true;
 }
 
 template <class T, class TI, bool FROM_PART>
@@ -402,21 +366,7 @@ void launch_staged(const ExpandParams& p, int64_t maxN, cudaStream_t st) {
 
 expand_stream::Params stream_params(const ExpandParams& e) {
   expand_stream::Params p{};
-  p.x = e.x;
-  for (int s = 0; s < kMaxSlices; ++s) {
-    p.b[s] = e.b[s];
-    p.n[s] = e.n[s];
-    p.col[s] = e.col[s];
-  }
-  p.T = e.T;
-  p.S = e.S;
-  p.L = e.L;
-  p.R = e.R;
-  p.ranks = e.ranks;
-  p.meta = e.meta;
-  p.y = e.y;
-  p.ldy = e.ldy;
-  p.add = e.add;
+  static_cast<ExpandCore&>(p) = e;  // the shared fields; no gathered x rows
   return p;
 }
 
@@ -472,14 +422,14 @@ void launch_stream(const ExpandParams& e, int64_t maxN, cudaStream_t st) {
 // The streaming / pipelined kernels' preconditions: 16-bit y with 16-byte rows and slice columns,
 // 16-byte B rows and x rows (max_rank % 8 == 0 and aligned bases).
 bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
-  return a.dtype != DType::f32 && p.y16_ok && b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0;
+  return a.dtype != DType::f32 && p.y16_ok && expand_b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0;
 }
 
 template <class T, class TI>
 void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
               detail::ExpandPrefillKernel which) {
   using K = detail::ExpandPrefillKernel;
-  const bool vecb = b_vec_ok(a);
+  const bool vecb = expand_b_vec_ok(a);
   if constexpr (!std::is_same_v<T, float>) {
     if (H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
       if (which != K::mma_staged && fast_ok(a, p)) {
@@ -522,7 +472,7 @@ bool expand_pipe_ok(const LoraExpandArgs& a, const int32_t* x_ids) {
     return false;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  return maxN > 0 && H::use_mma(a.dtype, a.num_tokens, a.max_rank, b_vec_ok(a)) && fast_ok(a, p);
+  return maxN > 0 && H::use_mma(a.dtype, a.num_tokens, a.max_rank, expand_b_vec_ok(a)) && fast_ok(a, p);
 }
 
 bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x_vocab, cudaStream_t stream) {
@@ -564,7 +514,7 @@ ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefill
   using K = ExpandPrefillKernel;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  if (a.dtype == DType::f32 || !H::use_mma(a.dtype, a.num_tokens, a.max_rank, b_vec_ok(a))) return K::automatic;
+  if (a.dtype == DType::f32 || !H::use_mma(a.dtype, a.num_tokens, a.max_rank, expand_b_vec_ok(a))) return K::automatic;
   if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
   if (which != K::mma_stream && a.max_rank <= 64) return K::mma_pipe;
   return K::mma_stream;
@@ -579,7 +529,7 @@ void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials,
   if (maxN == 0) return;
   p.x = partials;
   p.nsplit = nsplit;
-  const bool vecb = b_vec_ok(a);
+  const bool vecb = expand_b_vec_ok(a);
   switch (a.dtype) {
     case DType::f32: launch_gemv<float, float, true>(p, maxN, vecb, true, stream); break;
     case DType::f16: launch_gemv<__half, float, true>(p, maxN, vecb, true, stream); break;

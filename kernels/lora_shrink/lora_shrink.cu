@@ -11,22 +11,14 @@
 #include "kernels/lora_shrink/lora_shrink.h"
 #include "kernels/lora_shrink/lora_shrink_internal.h"
 #include "kernels/lora_shrink/shrink_decode.h"
+#include "kernels/lora_shrink/shrink_params.h"
 
 namespace punica::kernels {
 namespace {
 using namespace lora_dev;
 namespace H = shrink_heur;
 
-struct ShrinkParams {
-  const void* x;
-  int64_t x_stride;
-  const void* a[kMaxSlices];
-  int64_t T, K;
-  int S, L, R;
-  const int32_t* ranks;
-  LoraMetaView meta;
-  float scale;
-  void* y;  // [S,T,R] (atomic/store) or [nsplit,S,T,R] partials
+struct ShrinkParams : ShrinkCore {
   int kc, nsplit, nrowblk;      // GEMV
   int nrc, ktiles_per_split;    // mma
 };
@@ -491,30 +483,11 @@ __global__ void __launch_bounds__(H::kFusedThreads, 2) shrink_fused_kernel(Shrin
 }
 
 // ---------------------------------------------------------------- host side
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 ShrinkParams make_params(const LoraShrinkArgs& a) {
   ShrinkParams p{};
-  p.x = a.x;
-  p.x_stride = a.x_row_stride ? a.x_row_stride : a.hidden;
-  for (int s = 0; s < kMaxSlices; ++s) p.a[s] = a.lora_a[s];
-  p.T = a.num_tokens;
-  p.K = a.hidden;
-  p.S = a.num_slices;
-  p.L = a.max_loras;
-  p.R = a.max_rank;
-  p.ranks = a.lora_ranks;
-  p.meta = a.meta;
-  p.scale = a.scale;
-  p.y = a.y;
+  static_cast<ShrinkCore&>(p) = shrink_core(a);
   return p;
-}
-
-bool vec_ok(const LoraShrinkArgs& a, const ShrinkParams& p) {
-  if (p.K % 8 != 0 || p.x_stride % 8 != 0 || !aligned16(a.x)) return false;
-  for (int s = 0; s < a.num_slices; ++s)
-    if (!aligned16(a.lora_a[s])) return false;
-  return true;
 }
 
 void validate(const LoraShrinkArgs& a) {
@@ -641,7 +614,7 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   }
   if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) return detail::launch_shrink_decode(a, stream);
   const ShrinkParams p = make_params(a);
-  const bool vec = vec_ok(a, p);
+  const bool vec = shrink_vec_ok(a, p);
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;
   const bool want_fused = kind == K::fused || kind == K::fused_nosplit ||
                           (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank));
@@ -690,7 +663,7 @@ int launch_shrink_partials(const LoraShrinkArgs& a, float* partials, cudaStream_
   if (a.num_tokens == 0 || a.max_rank == 0 || a.max_loras == 0) return c.nsplit;
   ShrinkParams p = make_params(a);
   p.y = partials;
-  const bool vec = vec_ok(a, p);
+  const bool vec = shrink_vec_ok(a, p);
   switch (a.dtype) {
     case DType::f32: launch_gemv_t<float, float, OutMode::partial>(p, vec, c, stream); break;
     case DType::f16: launch_gemv_t<__half, float, OutMode::partial>(p, vec, c, stream); break;

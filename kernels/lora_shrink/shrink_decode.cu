@@ -12,23 +12,14 @@
 #include "kernels/lora_shrink/heuristics.h"
 #include "kernels/lora_shrink/lora_device.cuh"
 #include "kernels/lora_shrink/shrink_decode.h"
+#include "kernels/lora_shrink/shrink_params.h"
 
 namespace punica::kernels {
 namespace {
 using namespace lora_dev;
 namespace H = shrink_heur;
 
-struct DecodeParams {
-  const void* x;
-  int64_t x_stride;
-  const void* a[kMaxSlices];
-  int64_t T, K;
-  int S, L, R;
-  const int32_t* ranks;
-  LoraMetaView meta;
-  float scale;
-  void* y;  // [S, T, R]
-};
+using DecodeParams = ShrinkCore;  // y: [S, T, R]
 
 template <class T, class TO, int RB, int TB, bool PER_TOKEN, bool VEC>
 __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodeParams p) {
@@ -129,7 +120,6 @@ __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodePar
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 template <class T, class TO, int RB, int TB, bool PT>
 void launch_cfg(const DecodeParams& p, bool vec, cudaStream_t st) {
@@ -166,22 +156,8 @@ void launch_shrink_decode(const LoraShrinkArgs& a, cudaStream_t stream) {
                  "lora_shrink: num_slices must be in [1, 8]");
   PUNICA_REQUIRE(a.max_loras >= 0 && a.max_rank >= 0 && a.hidden >= 0, ErrorKind::usage, "lora_shrink: negative size");
   if (a.num_tokens == 0 || a.max_rank == 0) return;
-  DecodeParams p{};
-  p.x = a.x;
-  p.x_stride = a.x_row_stride ? a.x_row_stride : a.hidden;
-  for (int s = 0; s < kMaxSlices; ++s) p.a[s] = a.lora_a[s];
-  p.T = a.num_tokens;
-  p.K = a.hidden;
-  p.S = a.num_slices;
-  p.L = a.max_loras;
-  p.R = a.max_rank;
-  p.ranks = a.lora_ranks;
-  p.meta = a.meta;
-  p.scale = a.scale;
-  p.y = a.y;
-  bool vec = p.K % 8 == 0 && p.x_stride % 8 == 0 && aligned16(a.x);
-  for (int s = 0; s < a.num_slices; ++s)
-    if (!aligned16(a.lora_a[s])) vec = false;
+  const DecodeParams p = shrink_core(a);
+  const bool vec = shrink_vec_ok(a, p);
   const bool per_token = H::decode_per_token(a.num_tokens, a.max_loras);
   switch (a.dtype) {
     case DType::f32: launch_t<float>(p, a.out_dtype, vec, per_token, stream); break;
