@@ -24,6 +24,14 @@ TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
   EXPECT_EQ(shrink_heur::fused_config(2048, 4096, 1, 64, 132).ksplit, 8);
   // Split-K off on request: every y element written by the kernel.
   EXPECT_EQ(shrink_heur::fused_config(2048, 4096, 1, 64, 132, false).ksplit, 1);
+  // Experimental 128-token tiles (ShrinkKernel::fused128): qkv r=16 = 3 groups -> 2 per warp,
+  // 96 KB of stages (2 blocks per SM); more than 6 groups falls back to 64-token tiles.
+  const auto q128 = shrink_heur::fused_config(8192, 4096, 3, 16, 132, true, 128);
+  EXPECT_EQ(q128.bm, 128);
+  EXPECT_EQ(q128.ngw, 2);
+  EXPECT_EQ(q128.smem, std::size_t(4) * (128 * 128 + 2 * 2 * 16 * 128));
+  EXPECT_EQ(shrink_heur::fused_config(8192, 4096, 3, 64, 132, true, 128).bm, 64);
+  EXPECT_EQ(shrink_heur::fused_config(8192, 4096, 3, 32, 132, true, 128).ngw, 3);
 }
 
 TEST(ShrinkHeuristics, DecodeKernelRange) {

@@ -72,16 +72,21 @@ inline bool auto_fused(int64_t T, int S, int max_rank) {
 // Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per
 // pass from the static padded rank, pipeline depth from the shared memory per stage (two blocks
 // per SM), and split-K (y zeroed first, atomics) when the token tiles fill fewer than ~3 blocks per SM.
-struct FusedConfig { int ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1; std::size_t smem = 0; };
+struct FusedConfig { int bm = kFusedBM, ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1; std::size_t smem = 0; };
 
-inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int num_sms, bool allow_split = true) {
+// bm = 128 (experimental, ShrinkKernel::fused128): 4 x 2 warps, a pass covers 2 * ngw groups of 16
+// columns; only for adapters of at most 6 groups (more falls back to bm = 64).
+inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int num_sms, bool allow_split = true,
+                                int bm = kFusedBM) {
   FusedConfig c;
   const int ng = S * ((max_rank + 15) / 16);
-  c.ngw = ng <= 4 ? 1 : ng <= 8 ? 2 : kFusedMaxNGW;
+  c.bm = bm == 128 && ng <= 6 ? 128 : kFusedBM;
+  const int wn = 8 / (c.bm / 32);  // warps along the column groups
+  c.ngw = ng <= wn ? 1 : ng <= 2 * wn ? 2 : kFusedMaxNGW;
   c.stages = c.ngw == 3 ? 3 : 4;
-  c.smem = std::size_t(c.stages) * (kFusedBM * 128 + 4 * c.ngw * 16 * 128);
+  c.smem = std::size_t(c.stages) * (std::size_t(c.bm) * 128 + std::size_t(wn) * c.ngw * 16 * 128);
   const int64_t ktiles = std::max<int64_t>(1, (K + 63) / 64);
-  const int64_t tiles = (T + kFusedBM - 1) / kFusedBM;
+  const int64_t tiles = (T + c.bm - 1) / c.bm;
   int64_t ks = 1;
   // Under ~0.9 wave of token tiles: split K to ~2 blocks per SM (measured best at T=2048: a finer
   // split, 13-way, was 10-25% slower there for r=64, git c8d63ac). From ~1 to 3 waves of tiles:

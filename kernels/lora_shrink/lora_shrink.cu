@@ -311,9 +311,13 @@ __global__ void __launch_bounds__(256) shrink_zero_kernel(float* y, int64_t n) {
 // the block writes every y element of its tokens (values, zeros past the true rank, zero rows for
 // the -1 entry): no memset. With split-K, y was zeroed first (PDL primary) and partial sums are
 // atomically added.
-template <class T, int NGW, int ST>
+// BM = 128 (experimental, ShrinkKernel::fused128): 4 (tokens) x 2 (column groups) warps, so each
+// A stage serves twice the tokens (half the A traffic from L2 per x byte) and each stage moves
+// 16 KB of x.
+template <class T, int NGW, int ST, int BM>
 __global__ void __launch_bounds__(H::kFusedThreads, 2) shrink_fused_kernel(ShrinkParams p) {
-  constexpr int BM = H::kFusedBM, BK = 64, NGP = 4 * NGW;
+  constexpr int BK = 64, WM = BM / 32, WN = 8 / WM, NGP = WN * NGW;
+  static_assert(BM == 64 || BM == 128, "64 or 128 tokens per block");
   constexpr int XI = BM * 8 / H::kFusedThreads;       // 2 x chunks per thread per stage
   constexpr int AI = NGP * 16 * 8 / H::kFusedThreads;  // NGP/2 A chunks per thread per stage
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -354,7 +358,7 @@ __global__ void __launch_bounds__(H::kFusedThreads, 2) shrink_fused_kernel(Shrin
     const int row = (tid >> 3) + 32 * i;
     xrow[i] = row < rows ? X + int64_t(p.meta.sorted_token_ids[start + row]) * p.x_stride : nullptr;
   }
-  const int wm = warp & 1, wn = warp >> 1;
+  const int wm = int(unsigned(warp) % WM), wn = int(unsigned(warp) / WM);
   const int g = lane >> 2, q = lane & 3;
   int tokr[2][2];
 #pragma unroll
@@ -425,7 +429,7 @@ __global__ void __launch_bounds__(H::kFusedThreads, 2) shrink_fused_kernel(Shrin
           ldmatrix_x4(af[mt], smem_u32(tx + swz(wm * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4))));
 #pragma unroll
         for (int gw = 0; gw < NGW; ++gw) {
-          const int gi = wn + 4 * gw;
+          const int gi = wn + WN * gw;
           if (gi < ng) {
             uint32_t bf[4];
             const int mi = lane >> 3;
@@ -447,7 +451,7 @@ __global__ void __launch_bounds__(H::kFusedThreads, 2) shrink_fused_kernel(Shrin
     if (split) pdl_wait();  // y zeroed by the primary before any atomic
 #pragma unroll
     for (int gw = 0; gw < NGW; ++gw) {
-      const int gi = wn + 4 * gw;
+      const int gi = wn + WN * gw;
       if (gi >= ng) continue;
       const int G = g0 + gi, s = G / CA, jb = (G - s * CA) * 16;
       float* Ys = Y + int64_t(s) * p.T * R;
@@ -572,28 +576,34 @@ void launch_mma(const ShrinkParams& p, bool vec, cudaStream_t st) {
   }
 }
 
-template <class T, int NGW, int ST>
+template <class T, int NGW, int ST, int BM>
 void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
   static bool attr = [&] {
-    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST>,
+    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST, BM>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)));
     return true;
   }();
   (void)attr;
   ShrinkParams q = p;
   q.ktiles_per_split = c.ktiles_per_split;
-  const int64_t tiles = (p.T + H::kFusedBM - 1) / H::kFusedBM + p.L + 1;
+  const int64_t tiles = (p.T + BM - 1) / BM + p.L + 1;
   PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
   // split-K: PDL secondary of the zero kernel
-  launch_kernel(shrink_fused_kernel<T, NGW, ST>, dim3(unsigned(tiles), unsigned(c.ksplit), 1),
+  launch_kernel(shrink_fused_kernel<T, NGW, ST, BM>, dim3(unsigned(tiles), unsigned(c.ksplit), 1),
                 dim3(H::kFusedThreads), c.smem, st, c.ksplit > 1, q);
 }
 
 template <class T>
 void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
-  if (c.ngw == 1) launch_fused_t<T, 1, 4>(p, c, st);
-  else if (c.ngw == 2) launch_fused_t<T, 2, 4>(p, c, st);
-  else launch_fused_t<T, 3, 3>(p, c, st);
+  if (c.bm == 128) {
+    if (c.ngw == 1) launch_fused_t<T, 1, 4, 128>(p, c, st);
+    else if (c.ngw == 2) launch_fused_t<T, 2, 4, 128>(p, c, st);
+    else launch_fused_t<T, 3, 3, 128>(p, c, st);
+    return;
+  }
+  if (c.ngw == 1) launch_fused_t<T, 1, 4, 64>(p, c, st);
+  else if (c.ngw == 2) launch_fused_t<T, 2, 4, 64>(p, c, st);
+  else launch_fused_t<T, 3, 3, 64>(p, c, st);
 }
 
 void launch_zero(float* y, int64_t n, cudaStream_t st) {
@@ -616,11 +626,11 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   const ShrinkParams p = make_params(a);
   const bool vec = shrink_vec_ok(a, p);
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;
-  const bool want_fused = kind == K::fused || kind == K::fused_nosplit ||
+  const bool want_fused = kind == K::fused || kind == K::fused_nosplit || kind == K::fused128 ||
                           (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank));
   if (fused_ok && want_fused) {
     const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, num_sms_cached(),
-                                             kind != K::fused_nosplit);
+                                             kind != K::fused_nosplit, kind == K::fused128 ? 128 : H::kFusedBM);
     if (c.ksplit > 1) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);
     else launch_fused<__half>(p, c, stream);

@@ -17,7 +17,9 @@ int shrink_partials_nsplit(int64_t K);
 // fused / fused_nosplit: the fused prefill kernel (16-bit x, fp32 y, aligned rows) for any T, with
 // the automatic split-K choice / with split-K off (every y element written by the kernel);
 // other shapes fall back to the automatic path.
-enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit };
+// fused128 (experimental, not chosen automatically): the fused kernel with 128-token tiles for
+// adapters of at most 6 groups of 16 columns (otherwise the 64-token fused kernel).
+enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128 };
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail
