@@ -34,6 +34,22 @@ TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
   EXPECT_EQ(shrink_heur::fused_config(8192, 4096, 3, 32, 132, true, 128).ngw, 3);
 }
 
+// Stream-K on the automatic path from >= 16 k-tiles per resident block (NOTES v6): T=8192 H=4096
+// (128 tiles x 64 k-tiles over 396 or 264 slots) yes, T=2048 or T=4096 with 2 blocks per SM no.
+TEST(ShrinkHeuristics, StreamKFromLongRanges) {
+  const auto q16 = shrink_heur::fused_config(8192, 4096, 3, 16, 132, true, shrink_heur::kFusedBM, false, true);
+  EXPECT_TRUE(q16.stream_k);
+  EXPECT_EQ(q16.sk_blocks, 3 * 132);  // 64 KB of stages: 3 blocks per SM
+  const auto q64 = shrink_heur::fused_config(8192, 4096, 3, 64, 132, true, shrink_heur::kFusedBM, false, true);
+  EXPECT_TRUE(q64.stream_k);
+  EXPECT_EQ(q64.sk_blocks, 2 * 132);
+  EXPECT_FALSE(shrink_heur::fused_config(2048, 4096, 3, 16, 132, true, shrink_heur::kFusedBM, false, true).stream_k);
+  EXPECT_FALSE(shrink_heur::fused_config(4096, 4096, 3, 64, 132, true, shrink_heur::kFusedBM, false, true).stream_k);
+  // Never without split-K allowed, and never on the explicit split-K kinds.
+  EXPECT_FALSE(shrink_heur::fused_config(8192, 4096, 3, 16, 132, false, shrink_heur::kFusedBM, false, true).stream_k);
+  EXPECT_FALSE(shrink_heur::fused_config(8192, 4096, 3, 16, 132).stream_k);
+}
+
 TEST(ShrinkHeuristics, DecodeKernelRange) {
   EXPECT_TRUE(shrink_heur::use_decode_kernel(1, 3, 64, 8));
   EXPECT_TRUE(shrink_heur::use_decode_kernel(63, 3, 64, 8));

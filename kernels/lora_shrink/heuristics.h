@@ -69,15 +69,41 @@ inline bool auto_fused(int64_t T, int S, int max_rank) {
   return S * ((max_rank + 15) / 16) >= 3;
 }
 
+// Stream-K for the automatic fused path when each resident block would get >= 16 k-tiles (T=8192,
+// H=4096: 20). Measured on the H200 (lora_shrink_test LoraShrinkPerf, results/NOTES.md v6): 5-22%
+// faster cold from T=8192 (qkv r=64: 77 -> 67 us; T=16384 qkv r=16: 66 -> 56 us), but 6-14% slower
+// at T=2048 (8 k-tiles per block: the prologue and the tile crossings are not amortised).
+constexpr int64_t kStreamKMinAutoIters = 16;
+inline bool auto_stream_k(int64_t T, int64_t K, int64_t slots) {
+  const int64_t ktiles = (K + 63) / 64, tiles = (T + kFusedBM - 1) / kFusedBM;
+  return slots > 0 && tiles * ktiles >= kStreamKMinAutoIters * slots;
+}
+
 // Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per
 // pass from the static padded rank, pipeline depth from the shared memory per stage (two blocks
 // per SM), and split-K (y zeroed first, atomics) when the token tiles fill fewer than ~3 blocks per SM.
-struct FusedConfig { int bm = kFusedBM, ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1; std::size_t smem = 0; };
+// stream_k: grid of sk_blocks resident blocks sharing the (tile, k-tile) iterations equally
+// (fused_config's `stream_k`); ksplit = 1 then, and y is zeroed first as for split-K.
+struct FusedConfig {
+  int bm = kFusedBM, ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1;
+  bool stream_k = false;
+  int sk_blocks = 0;
+  std::size_t smem = 0;
+};
+constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block at least (device side)
 
 // bm = 128 (experimental, ShrinkKernel::fused128): 4 x 2 warps, a pass covers 2 * ngw groups of 16
 // columns; only for adapters of at most 6 groups (more falls back to bm = 64).
+// stream_k: instead of a split-K grid, one block per resident slot (blocks per SM by shared memory,
+// at most 3, x SMs), each taking an equal contiguous range of the (tile with an adapter, k-tile)
+// iterations: one wave in which every block works to the end. The split-K grid rounds to whole
+// (tile, split) blocks: T=8192 qkv r=16 made 512 blocks for 396 slots, a second wave of 116
+// latency-bound blocks; a device-side split fitted to one wave (an experiment, results/NOTES.md
+// v6) ran those shapes 10-20% faster but left waves 30-45% empty elsewhere (qkv r=64 with 32
+// adapters: 148 tiles on 264 slots, 96 us against 75).
 inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int num_sms, bool allow_split = true,
-                                int bm = kFusedBM) {
+                                int bm = kFusedBM, bool stream_k = false,
+                                bool auto_sk = false) {
   FusedConfig c;
   const int ng = S * ((max_rank + 15) / 16);
   c.bm = bm == 128 && ng <= 6 ? 128 : kFusedBM;
@@ -101,6 +127,12 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   const int64_t resident = std::max<int64_t>(1, std::min<int64_t>(3, fit));
   const int64_t per_sm = tiles * 10 < int64_t(num_sms) * 9 ? 2 : resident;
   const int64_t target = per_sm * int64_t(num_sms);
+  if (auto_sk && allow_split && bm == kFusedBM) stream_k = auto_stream_k(T, K, resident * int64_t(num_sms));
+  if (stream_k && allow_split) {
+    c.stream_k = true;
+    c.sk_blocks = int(resident * int64_t(num_sms));
+    return c;  // ksplit = 1, ktiles_per_split unused
+  }
   if (allow_split && tiles < target) {
     ks = (target + tiles - 1) / std::max<int64_t>(tiles, 1);
     ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / 4));

@@ -168,4 +168,15 @@ __device__ __forceinline__ bool find_tile(const LoraMetaView& m, int n_entries, 
   return false;
 }
 
+// Token tiles of bm rows over the entries with an adapter (every lane of the warp gets the total).
+__device__ __forceinline__ int count_tiles(const LoraMetaView& m, int n_entries, int bm) {
+  const int lane = threadIdx.x & 31;
+  int tot = 0;
+  for (int i = lane; i < n_entries; i += 32)
+    if (m.active_lora_ids[i] >= 0) tot += (max(m.num_tokens_per_lora[i], 0) + bm - 1) / bm;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+  return tot;
+}
+
 }  // namespace punica::kernels::lora_dev

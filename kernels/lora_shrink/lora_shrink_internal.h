@@ -19,7 +19,8 @@ int shrink_partials_nsplit(int64_t K);
 // other shapes fall back to the automatic path.
 // fused128 (experimental, not chosen automatically): the fused kernel with 128-token tiles for
 // adapters of at most 6 groups of 16 columns (otherwise the 64-token fused kernel).
-enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128 };
+// fused_sk / fused128_sk: the same kernels as stream-K over one wave of resident blocks.
+enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk };
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail

@@ -166,7 +166,7 @@ TEST(LoraShrink, AllTokensNone) {
 // Every kernel choice on the prefill / decode shapes (fused with and without split-K, legacy).
 TEST(LoraShrink, KernelVariants) {
   using K = detail::ShrinkKernel;
-  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128}) {
+  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk}) {
     for (int T : {1, 7, 300}) {
       ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
       c.kernel = k;
@@ -208,8 +208,12 @@ TEST(LoraShrink, LargePrefillMixed) {
   c128.nan_pad = true;
   c128.kernel = detail::ShrinkKernel::fused128;
   run_case(c128);
+  c128.kernel = detail::ShrinkKernel::fused128_sk;  // stream-K
+  run_case(c128);
   c128.T = 300;
   c128.dtype = DType::f16;
+  run_case(c128);
+  c128.kernel = detail::ShrinkKernel::fused_sk;
   run_case(c128);
   ShrinkCase q16{DType::bf16, DType::f32, 1000, 4096, 3, {16, 8, 0, 16}};  // 3 groups: 2 per warp
   q16.nan_pad = true;
@@ -248,7 +252,8 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
       (double(active) * S * R * H * 2 + double(with_lora) * H * 2 + double(S) * T * R * 4) / 4.2e12 * 1e6;
   using K = detail::ShrinkKernel;
   const std::pair<K, const char*> ks[] = {{K::legacy, "legacy"}, {K::automatic, "auto"}, {K::fused, "fused"},
-                                          {K::fused_nosplit, "fused_nosplit"}, {K::fused128, "fused128"}};
+                                          {K::fused_nosplit, "fused_nosplit"}, {K::fused128, "fused128"},
+                                          {K::fused_sk, "fused_sk"}, {K::fused128_sk, "fused128_sk"}};
   for (const auto& k : ks) {
     auto f = [&](cudaStream_t st) { detail::launch_lora_shrink_with(a, k.first, st); };
     for (int i = 0; i < 3; ++i) f(nullptr);
@@ -270,6 +275,12 @@ TEST(LoraShrinkPerf, DISABLED_Bf16) {
   perf_shrink(2048, 4096, 16, 8, 3);
   perf_shrink(4096, 4096, 64, 32, 3);
   perf_shrink(8192, 4096, 16, 8, 3, 25);  // the Llama-3-8B qkv layer's LoRA shrink (issue 4, tp 1 and 2)
+  perf_shrink(8192, 4096, 64, 8, 3, 25);
+  perf_shrink(8192, 4096, 16, 8, 2, 25);  // gate_up
+  perf_shrink(8192, 8192, 16, 8, 1);
+  perf_shrink(8192, 8192, 64, 8, 1);
+  perf_shrink(16384, 4096, 16, 8, 3);
+  perf_shrink(2048, 8192, 64, 32, 1);
 }
 
 }  // namespace
