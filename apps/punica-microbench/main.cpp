@@ -12,6 +12,7 @@
 #include <vector>
 #include "apps/punica-bench/backend/backend.h"
 #include "apps/punica-bench/problem.h"
+#include "apps/punica-bench/report.h"
 #include "apps/punica-bench/scenario.h"
 #include "kernels/common/error.h"
 
@@ -60,6 +61,12 @@ int main(int argc, char** argv) {
   }
   int rargc = int(rest.size());
   benchmark::Initialize(&rargc, rest.data());
+  {  // provenance in the JSON's context, as punica-bench records it in `tool`
+    const nlohmann::json t = tool_info();
+    for (const char* k : {"version", "git_sha", "git_dirty", "build_type", "cuda_archs"})
+      if (t.contains(k)) benchmark::AddCustomContext(std::string("punica_") + k, t[k].is_string() ? t[k].get<std::string>() : t[k].dump());
+    benchmark::AddCustomContext("punica_scenario", scenario);
+  }
   if (!cuda_available()) {
     std::fprintf(stderr, "skipped: punica-microbench needs a CUDA device\n");
     return 4;
