@@ -76,7 +76,7 @@ void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
     }
   } else {
     launch_lora_shrink(sa, stream);
-    launch_lora_expand(ea, stream);
+    detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
   }
 }
 

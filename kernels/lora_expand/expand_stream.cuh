@@ -355,6 +355,9 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
     cp_async_commit();
   }
   // x rows (rounded to T, zero past the true rank), synchronous: the tiles above are in flight.
+  // Launched as a programmatic dependent of the shrink that writes x (add_lora_linear): wait for it
+  // here, after the y / B loads are issued (a no-op for an ordinary launch).
+  pdl_wait();
   {
     const TI* X = static_cast<const TI*>(p.x) + int64_t(s) * p.T * p.R;
     constexpr int QPR = RK / 4;

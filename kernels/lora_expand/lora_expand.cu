@@ -374,7 +374,7 @@ expand_stream::Params stream_params(const ExpandParams& e) {
 // max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block).
 template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
 void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
-                 int64_t x_vocab = 0) {
+                 int64_t x_vocab = 0, bool pdl = false) {
   using Lay = expand_stream::PipeLayout<BM, BN, RK, NS>;
   auto* k = expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>;
   static std::atomic<uint64_t> attr{0};
@@ -401,8 +401,9 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int3
   expand_stream::Params sp = stream_params(e);
   sp.x_ids = x_ids;
   sp.x_vocab = x_vocab;
-  k<<<dim3(unsigned(gx), unsigned(gy)), WM * WN * 32, Lay::total, st>>>(sp, ntb);
-  PUNICA_CUDA_CHECK_LAUNCH();
+  // pdl: programmatic dependent of the kernel before it (add_lora_linear's shrink), which it waits
+  // for (griddepcontrol.wait) only before reading x; the y and B tiles are already in flight.
+  launch_kernel(k, dim3(unsigned(gx), unsigned(gy)), dim3(WM * WN * 32), Lay::total, st, pdl, sp, ntb);
 }
 
 // Streaming kernel (any rank, rank chunks of BK): one BM x BN tile per block.
@@ -427,16 +428,16 @@ bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
 
 template <class T, class TI>
 void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-              detail::ExpandPrefillKernel which) {
+              detail::ExpandPrefillKernel which, bool pdl) {
   using K = detail::ExpandPrefillKernel;
   const bool vecb = expand_b_vec_ok(a);
   if constexpr (!std::is_same_v<T, float>) {
     if (H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
       if (which != K::mma_staged && fast_ok(a, p)) {
         if (which != K::mma_stream && a.max_rank <= 16)
-          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st);
+          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st, nullptr, 0, pdl);
         if (which != K::mma_stream && a.max_rank <= 64)
-          return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st);
+          return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, pdl);
         return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st);
       }
       return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
@@ -449,11 +450,11 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
 
 template <class T>
 void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-                 detail::ExpandPrefillKernel which) {
+                 detail::ExpandPrefillKernel which, bool pdl = false) {
   switch (a.in_dtype) {
-    case DType::f32: dispatch<T, float>(a, p, maxN, st, which); break;
-    case DType::f16: dispatch<T, __half>(a, p, maxN, st, which); break;
-    case DType::bf16: dispatch<T, __nv_bfloat16>(a, p, maxN, st, which); break;
+    case DType::f32: dispatch<T, float>(a, p, maxN, st, which, pdl); break;
+    case DType::f16: dispatch<T, __half>(a, p, maxN, st, which, pdl); break;
+    case DType::bf16: dispatch<T, __nv_bfloat16>(a, p, maxN, st, which, pdl); break;
   }
 }
 
@@ -497,17 +498,27 @@ bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x
   return true;
 }
 
-void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
+namespace {
+void launch_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream, bool pdl) {
   validate(a);
   if (a.num_tokens == 0 || a.max_loras == 0) return;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
   if (maxN == 0) return;
   switch (a.dtype) {
-    case DType::f32: dispatch_in<float>(a, p, maxN, stream, which); break;
-    case DType::f16: dispatch_in<__half>(a, p, maxN, stream, which); break;
-    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream, which); break;
+    case DType::f32: dispatch_in<float>(a, p, maxN, stream, which, pdl); break;
+    case DType::f16: dispatch_in<__half>(a, p, maxN, stream, which, pdl); break;
+    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream, which, pdl); break;
   }
+}
+}  // namespace
+
+void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
+  launch_with(a, which, stream, false);
+}
+
+void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t stream) {
+  launch_with(a, ExpandPrefillKernel::automatic, stream, true);
 }
 
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which) {

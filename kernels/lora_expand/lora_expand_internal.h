@@ -14,6 +14,11 @@ namespace punica::kernels::detail {
 // general one runs; expand_prefill_kernel says which one a call would run.
 enum class ExpandPrefillKernel { automatic, mma_staged, mma_stream, mma_pipe };
 void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream);
+// The automatic expand right after a lora_shrink in the same stream (add_lora_linear prefill): the
+// pipelined kernel is launched as a programmatic dependent of the shrink (its y and B loads overlap
+// the shrink's tail; it waits for the shrink before reading x). Every kernel before the shrink must
+// be complete when the shrink starts (true: the shrink's first kernel is an ordinary launch).
+void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t stream);
 
 // The prefill kernel that launch_lora_expand_with(a, which) runs (automatic = not a prefill kernel).
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which);

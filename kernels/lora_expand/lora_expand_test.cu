@@ -222,5 +222,64 @@ TEST(LoraExpand, LargePrefillThreeSlices) {
   run_case(d);
 }
 
+// ---- perf: cold (256 MiB memset before each launch) and back to back in a CUDA graph; the
+// prefill kernels on the layer and bench shapes. none_pct: share of tokens without adapter.
+void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct) {
+  const int S = int(widths.size());
+  std::vector<int32_t> map(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t)
+    map[std::size_t(t)] = int(hash_below(78, uint64_t(t), 100)) < none_pct
+                              ? -1
+                              : int32_t(hash_below(77, uint64_t(t), uint64_t(L)));
+  const HostMeta hm = build_meta(map, L);
+  DeviceMeta dm;
+  upload_meta(dm, hm);
+  std::vector<int32_t> ranks(std::size_t(L), R);
+  DeviceBuffer dranks(ranks.size() * 4);
+  dranks.upload(ranks.data(), ranks.size() * 4);
+  const int64_t total = std::accumulate(widths.begin(), widths.end(), int64_t(0));
+  DeviceBuffer x = to_device(random_tensor(DType::f32, std::size_t(S) * T * R, 1));
+  std::vector<DeviceBuffer> B;
+  for (int s = 0; s < S; ++s)
+    B.push_back(to_device(random_tensor(DType::bf16, std::size_t(L) * widths[s] * R, 2 + s, 0.1f)));
+  DeviceBuffer y = to_device(random_tensor(DType::bf16, std::size_t(T) * total, 9));
+  DeviceBuffer flush(std::size_t(256) << 20);
+  LoraExpandArgs a;
+  a.in_dtype = DType::f32; a.dtype = DType::bf16; a.num_tokens = T; a.x = x.get(); a.num_slices = S;
+  for (int s = 0; s < S; ++s) { a.lora_b[s] = B[s].get(); a.slice_width[s] = widths[s]; }
+  a.max_loras = L; a.max_rank = R; a.lora_ranks = dranks.as<int32_t>(); a.meta = dm.view();
+  a.y = y.get(); a.y_row_stride = total; a.offset_start = 0; a.add_inputs = true;
+  int64_t with_lora = 0;
+  for (int32_t m : map) with_lora += m >= 0;
+  const double floor_us = (double(hm.num_active) * total * R * 2 + double(S) * T * R * 4 +
+                           2.0 * double(with_lora) * total * 2) / 4.2e12 * 1e6;
+  using K = detail::ExpandPrefillKernel;
+  const std::pair<K, const char*> ks[] = {{K::automatic, "auto"}, {K::mma_pipe, "pipe"}, {K::mma_stream, "stream"}};
+  for (const auto& k : ks) {
+    auto f = [&](cudaStream_t st) { detail::launch_lora_expand_with(a, k.first, st); };
+    for (int i = 0; i < 3; ++i) f(nullptr);
+    PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+    const double cold = cold_us(f, flush), graph = graph_us(f, 50, 9);
+    std::printf("EXPANDPERF T=%-5d N=%-5lld S=%d r=%-2d L=%-2d none=%2d%% %-8s floor %7.2f us  cold %8.2f us (%3.0f%%)  graph %8.2f us (%3.0f%%)\n",
+                T, (long long)total, S, R, L, none_pct, k.second, floor_us, cold, 100.0 * floor_us / cold, graph,
+                100.0 * floor_us / graph);
+  }
+}
+
+TEST(LoraExpandPerf, DISABLED_Bf16) {
+  perf_expand(8192, {2048, 512, 512}, 16, 8, 25);   // Llama-3-8B qkv layer, tp 2
+  perf_expand(8192, {4096, 1024, 1024}, 16, 8, 25); // tp 1
+  perf_expand(8192, {7168, 7168}, 16, 8, 25);       // gate_up, tp 2
+  for (int R : {16, 64})
+    for (int L : {8, 32}) {
+      perf_expand(8192, {4096, 1024, 1024}, R, L, 0);
+      perf_expand(8192, {4096}, R, L, 0);
+    }
+  perf_expand(8192, {8192}, 16, 8, 0);
+  perf_expand(2048, {4096, 1024, 1024}, 16, 8, 0);
+  perf_expand(2048, {8192}, 64, 32, 0);
+  perf_expand(512, {4096}, 16, 8, 0);
+}
+
 }  // namespace
 }  // namespace punica::kernels

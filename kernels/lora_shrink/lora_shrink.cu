@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(H::kGemvThreads) shrink_gemv_kernel(ShrinkPara
 // of slice s, k-range of ktiles_per_split 64-wide stages; 4 warps x 16 tokens x BN.
 template <class T, int BN, bool VEC>
 __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams p) {
+  pdl_launch_dependents();  // as in shrink_fused_kernel
   constexpr int BM = H::kMmaBM, BK = H::kMmaBK, ST = H::kMmaStages;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint4* sx = reinterpret_cast<uint4*>(smem_raw);              // [ST][BM*8] chunks
@@ -494,6 +495,9 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
 template <class T, int NGW, int ST, int BM>
 __global__ void __launch_bounds__(H::kFusedThreads, (BM == 64 && NGW == 1) ? 3 : 2) shrink_fused_kernel(ShrinkParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
+  // add_lora_linear's expand may start (programmatic dependent) once every block of this grid has
+  // started; it waits for this grid's completion before reading y.
+  pdl_launch_dependents();
   const int64_t ktiles = (p.K + 63) / 64;
   // One call site of fused_tile (inlined once: two copies cost 40+ registers): the split-K grid
   // runs the loop once, a stream-K block once per tile its range touches.
