@@ -255,15 +255,12 @@ void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct)
                            2.0 * double(with_lora) * total * 2) / 4.2e12 * 1e6;
   using K = detail::ExpandPrefillKernel;
   const std::pair<K, const char*> ks[] = {{K::automatic, "auto"}, {K::mma_pipe, "pipe"}, {K::mma_stream, "stream"}};
-  for (const auto& k : ks) {
-    auto f = [&](cudaStream_t st) { detail::launch_lora_expand_with(a, k.first, st); };
-    for (int i = 0; i < 3; ++i) f(nullptr);
-    PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
-    const double cold = cold_us(f, flush), graph = graph_us(f, 50, 9);
-    std::printf("EXPANDPERF T=%-5d N=%-5lld S=%d r=%-2d L=%-2d none=%2d%% %-8s floor %7.2f us  cold %8.2f us (%3.0f%%)  graph %8.2f us (%3.0f%%)\n",
-                T, (long long)total, S, R, L, none_pct, k.second, floor_us, cold, 100.0 * floor_us / cold, graph,
-                100.0 * floor_us / graph);
-  }
+  char prefix[96];
+  std::snprintf(prefix, sizeof prefix, "EXPANDPERF T=%-5d N=%-5lld S=%d r=%-2d L=%-2d none=%2d%%", T, (long long)total, S,
+                R, L, none_pct);
+  for (const auto& k : ks)
+    perf_line(prefix, k.second, floor_us, [&](cudaStream_t st) { detail::launch_lora_expand_with(a, k.first, st); },
+              flush);
 }
 
 TEST(LoraExpandPerf, DISABLED_Bf16) {

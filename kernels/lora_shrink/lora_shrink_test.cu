@@ -254,15 +254,12 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
   const std::pair<K, const char*> ks[] = {{K::legacy, "legacy"}, {K::automatic, "auto"}, {K::fused, "fused"},
                                           {K::fused_nosplit, "fused_nosplit"}, {K::fused128, "fused128"},
                                           {K::fused_sk, "fused_sk"}, {K::fused128_sk, "fused128_sk"}};
-  for (const auto& k : ks) {
-    auto f = [&](cudaStream_t st) { detail::launch_lora_shrink_with(a, k.first, st); };
-    for (int i = 0; i < 3; ++i) f(nullptr);
-    PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
-    const double cold = cold_us(f, flush), graph = graph_us(f, 50, 9);
-    std::printf("SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d none=%2d%% %-14s floor %7.2f us  cold %8.2f us (%3.0f%%)  graph %8.2f us (%3.0f%%)\n",
-                T, (long long)H, R, L, S, none_pct, k.second, floor_us, cold, 100.0 * floor_us / cold, graph,
-                100.0 * floor_us / graph);
-  }
+  char prefix[96];
+  std::snprintf(prefix, sizeof prefix, "SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d none=%2d%%", T, (long long)H, R, L, S,
+                none_pct);
+  for (const auto& k : ks)
+    perf_line(prefix, k.second, floor_us, [&](cudaStream_t st) { detail::launch_lora_shrink_with(a, k.first, st); },
+              flush);
 }
 
 TEST(LoraShrinkPerf, DISABLED_Bf16) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -228,6 +229,18 @@ double graph_us(F&& f, int calls, int reps) {
   cudaGraphDestroy(g);
   cudaStreamDestroy(st);
   return median_of(v);
+}
+
+// One perf line: warm-up, then the cold (flushed) and back-to-back (graph) median times of f,
+// printed after `prefix` with the share of the floor each reaches.
+template <class F>
+void perf_line(const std::string& prefix, const char* label, double floor_us, F&& f, DeviceBuffer& flush,
+               int calls = 50, int reps = 9) {
+  for (int i = 0; i < 3; ++i) f(cudaStream_t(nullptr));
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  const double cold = cold_us(f, flush), graph = graph_us(f, calls, reps);
+  std::printf("%s %-14s floor %7.2f us  cold %8.2f us (%3.0f%%)  graph %8.2f us (%3.0f%%)\n", prefix.c_str(), label,
+              floor_us, cold, 100.0 * floor_us / cold, graph, 100.0 * floor_us / graph);
 }
 
 }  // namespace punica::kernels::testutil
