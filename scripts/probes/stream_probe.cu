@@ -4,7 +4,9 @@
 // Patterns: `linear` (grid-stride 16-byte loads, 4 in flight per thread), `tile64` (a block owns 64
 // rows of 8 KiB and walks them 128 bytes per row per step, the order the prefill shrink reads x),
 // `tile64x512` (the same with 512 bytes per row per step). Also an empty kernel, a 1.5 MB memset and
-// memset + empty kernel, to see the fixed cost of a call.
+// memset + empty kernel, to see the fixed cost of a call. `tile64+A<n>`: tile64x128B plus, per step, the
+// same k range of n rows of a small (L2-resident) matrix, as the fused shrink re-reads its A rows for
+// every 64-token tile (qkv r=16: 48 rows; 128-token tiles: 24 per 64 x rows).
 // Build: nvcc -O3 -arch=sm_90a -o stream_probe scripts/probes/stream_probe.cu
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -60,6 +62,36 @@ __global__ void __launch_bounds__(256) read_tile(const uint4* __restrict__ p, in
       for (int u = 0; u < 4; ++u) {
         const int c = k + u * TPR + tc;
         v[u] = c < ke ? __ldg(p + size_t(row) * row16 + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+  }
+  if (acc == 0x12345678u) out[0] = 1.f;
+}
+
+// read_tile<128> plus, per k step, the same columns of AR rows of `a` (AR x row16 chunks, shared by
+// every block: L2-resident after the first touch).
+template <int AR>
+__global__ void __launch_bounds__(256) read_tile_a(const uint4* __restrict__ p, const uint4* __restrict__ a, int rows,
+                                                   int row16, float* out) {
+  constexpr int TPR = 8, RPP = 256 / TPR;
+  const int r0 = blockIdx.x * 64;
+  uint32_t acc = 0;
+  const int tr = threadIdx.x / TPR, tc = threadIdx.x % TPR;
+  const int kper = row16 / gridDim.y, kb = blockIdx.y * kper, ke = kb + kper;
+  for (int k = kb; k < ke; k += 4 * TPR) {
+#pragma unroll
+    for (int rr = 0; rr < 64 + AR; rr += RPP) {
+      const bool is_a = rr + tr >= 64;
+      const int row = is_a ? rr + tr - 64 : r0 + rr + tr;
+      if ((is_a && row >= AR) || (!is_a && row >= rows)) continue;
+      const uint4* base = is_a ? a + size_t(row) * row16 : p + size_t(row) * row16;
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int c = k + u * TPR + tc;
+        v[u] = c < ke ? __ldg(base + c) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
@@ -158,6 +190,25 @@ int main() {
         read_tile<512><<<dim3((rows + 63) / 64, split), 256, 0, s>>>(reinterpret_cast<const uint4*>(buf + size_t(i % copies) * n), rows, row16, out);
       }, st);
     }
+  }
+  {  // x reads with A re-reads from L2 (64 MB of x, K split 4 ways as the shrink's grid)
+    const size_t n = size_t(64) << 20;
+    const int copies = int(pool / n), row16 = 8192 / 16, rows = int(n / 8192);
+    char* abuf;
+    CK(cudaMalloc(&abuf, size_t(64) * 8192));
+    CK(cudaMemset(abuf, 0x3c, size_t(64) * 8192));
+    const uint4* a = reinterpret_cast<const uint4*>(abuf);
+    auto run = [&](const char* name, auto kern) {
+      time_it(name, double(n), [&](int i, cudaStream_t s) {
+        kern<<<dim3((rows + 63) / 64, 4), 256, 0, s>>>(reinterpret_cast<const uint4*>(buf + size_t(i % copies) * n), a,
+                                                      rows, row16, out);
+      }, st);
+    };
+    run("tile64+A0 64MB split4", read_tile_a<0>);
+    run("tile64+A24 64MB split4", read_tile_a<24>);
+    run("tile64+A48 64MB split4", read_tile_a<48>);
+    run("tile64+A64 64MB split4", read_tile_a<64>);
+    CK(cudaFree(abuf));
   }
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
