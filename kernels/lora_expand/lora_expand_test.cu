@@ -226,17 +226,7 @@ TEST(LoraExpand, LargePrefillThreeSlices) {
 // prefill kernels on the layer and bench shapes. none_pct: share of tokens without adapter.
 void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct) {
   const int S = int(widths.size());
-  std::vector<int32_t> map(static_cast<std::size_t>(T));
-  for (int t = 0; t < T; ++t)
-    map[std::size_t(t)] = int(hash_below(78, uint64_t(t), 100)) < none_pct
-                              ? -1
-                              : int32_t(hash_below(77, uint64_t(t), uint64_t(L)));
-  const HostMeta hm = build_meta(map, L);
-  DeviceMeta dm;
-  upload_meta(dm, hm);
-  std::vector<int32_t> ranks(std::size_t(L), R);
-  DeviceBuffer dranks(ranks.size() * 4);
-  dranks.upload(ranks.data(), ranks.size() * 4);
+  const PerfBatch b(T, L, R, none_pct);
   const int64_t total = std::accumulate(widths.begin(), widths.end(), int64_t(0));
   DeviceBuffer x = to_device(random_tensor(DType::f32, std::size_t(S) * T * R, 1));
   std::vector<DeviceBuffer> B;
@@ -247,11 +237,10 @@ void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct)
   LoraExpandArgs a;
   a.in_dtype = DType::f32; a.dtype = DType::bf16; a.num_tokens = T; a.x = x.get(); a.num_slices = S;
   for (int s = 0; s < S; ++s) { a.lora_b[s] = B[s].get(); a.slice_width[s] = widths[s]; }
-  a.max_loras = L; a.max_rank = R; a.lora_ranks = dranks.as<int32_t>(); a.meta = dm.view();
+  a.max_loras = L; a.max_rank = R; a.lora_ranks = b.ranks.as<int32_t>(); a.meta = b.dm.view();
   a.y = y.get(); a.y_row_stride = total; a.offset_start = 0; a.add_inputs = true;
-  int64_t with_lora = 0;
-  for (int32_t m : map) with_lora += m >= 0;
-  const double floor_us = (double(hm.num_active) * total * R * 2 + double(S) * T * R * 4 +
+  const int64_t with_lora = b.with_lora;
+  const double floor_us = (double(b.hm.num_active) * total * R * 2 + double(S) * T * R * 4 +
                            2.0 * double(with_lora) * total * 2) / 4.2e12 * 1e6;
   using K = detail::ExpandPrefillKernel;
   const std::pair<K, const char*> ks[] = {{K::automatic, "auto"}, {K::mma_pipe, "pipe"}, {K::mma_stream, "stream"}};

@@ -224,17 +224,7 @@ TEST(LoraShrink, LargePrefillMixed) {
 // ---- perf: cold (256 MiB L2 flush before each launch) and back to back in a CUDA graph.
 // none_pct: that share of the tokens has no adapter (the layer scenarios use 25).
 void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
-  std::vector<int32_t> map(static_cast<std::size_t>(T));
-  for (int t = 0; t < T; ++t)
-    map[std::size_t(t)] = int(hash_below(78, uint64_t(t), 100)) < none_pct
-                              ? -1
-                              : int32_t(hash_below(77, uint64_t(t), uint64_t(L)));
-  const HostMeta hm = build_meta(map, L);
-  DeviceMeta dm;
-  upload_meta(dm, hm);
-  std::vector<int32_t> ranks(std::size_t(L), R);
-  DeviceBuffer dranks(ranks.size() * 4);
-  dranks.upload(ranks.data(), ranks.size() * 4);
+  const PerfBatch b(T, L, R, none_pct);
   DeviceBuffer x = to_device(random_tensor(DType::bf16, std::size_t(T) * H, 1));
   std::vector<DeviceBuffer> A;
   for (int s = 0; s < S; ++s) A.push_back(to_device(random_tensor(DType::bf16, std::size_t(L) * R * H, 2 + s, 0.1f)));
@@ -242,12 +232,11 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
   DeviceBuffer flush(std::size_t(256) << 20);
   LoraShrinkArgs a;
   a.dtype = DType::bf16; a.num_tokens = T; a.hidden = H; a.x = x.get(); a.x_row_stride = H;
-  a.num_slices = S; a.max_loras = L; a.max_rank = R; a.lora_ranks = dranks.as<int32_t>();
-  a.meta = dm.view(); a.y = y.get(); a.scale = 0.5f;
+  a.num_slices = S; a.max_loras = L; a.max_rank = R; a.lora_ranks = b.ranks.as<int32_t>();
+  a.meta = b.dm.view(); a.y = y.get(); a.scale = 0.5f;
   for (int s = 0; s < S; ++s) a.lora_a[s] = A[s].get();
-  const int active = hm.num_active;
-  int64_t with_lora = 0;  // x rows that must be read
-  for (int32_t m : map) with_lora += m >= 0;
+  const int active = b.hm.num_active;
+  const int64_t with_lora = b.with_lora;  // x rows that must be read
   const double floor_us =
       (double(active) * S * R * H * 2 + double(with_lora) * H * 2 + double(S) * T * R * 4) / 4.2e12 * 1e6;
   using K = detail::ShrinkKernel;

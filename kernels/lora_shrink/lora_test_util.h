@@ -231,6 +231,28 @@ double graph_us(F&& f, int calls, int reps) {
   return median_of(v);
 }
 
+// The batch of the perf tests: token t -> adapter hash(t) mod L, none_pct% of the tokens without
+// adapter, every adapter of rank R; metadata and ranks on the device.
+struct PerfBatch {
+  std::vector<int32_t> map;
+  HostMeta hm;
+  DeviceMeta dm;
+  DeviceBuffer ranks;
+  int64_t with_lora = 0;  // tokens with an adapter
+  PerfBatch(int T, int L, int R, int none_pct) : map(static_cast<std::size_t>(T)) {
+    for (int t = 0; t < T; ++t)
+      map[std::size_t(t)] = int(hash_below(78, uint64_t(t), 100)) < none_pct
+                                ? -1
+                                : int32_t(hash_below(77, uint64_t(t), uint64_t(L)));
+    hm = build_meta(map, L);
+    upload_meta(dm, hm);
+    const std::vector<int32_t> r(std::size_t(L), R);
+    ranks = DeviceBuffer(r.size() * 4);
+    ranks.upload(r.data(), r.size() * 4);
+    for (int32_t m : map) with_lora += m >= 0;
+  }
+};
+
 // One perf line: warm-up, then the cold (flushed) and back-to-back (graph) median times of f,
 // printed after `prefix` with the share of the floor each reaches.
 template <class F>
