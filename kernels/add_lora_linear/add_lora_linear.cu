@@ -3,6 +3,7 @@
 // atomics) -> (PDL) the decode expand reading it.
 // Prefill: the shrink (mma) into the fp32 workspace, then the expand (mma) reading it.
 #include "kernels/add_lora_linear/add_lora_linear.h"
+#include "kernels/add_lora_linear/add_lora_linear_internal.h"
 #include "kernels/add_lora_linear/heuristics.h"
 #include "kernels/common/error.h"
 #include "kernels/lora_expand/lora_expand.h"
@@ -19,7 +20,9 @@ std::size_t add_lora_linear_workspace_bytes(int64_t max_tokens, int num_slices, 
   return linear_heur::workspace_bytes(max_tokens, num_slices, max_rank);
 }
 
-void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
+namespace {
+void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream_t stream) {
+  using P = detail::LinearPath;
   PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
                  "add_lora_linear: num_slices must be in [1, 8]");
   if (a.num_tokens == 0 || a.max_loras == 0) return;
@@ -61,11 +64,21 @@ void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
   ea.offset_start = 0;
   ea.add_inputs = a.add_inputs;
 
-  if (linear_heur::use_partials(a.num_tokens) &&
-      linear_heur::use_split_partials(a.num_tokens, a.max_loras, a.max_rank, a.hidden, a.num_slices, total)) {
+  const bool small = linear_heur::use_partials(a.num_tokens);
+  if (!small && (path == P::decode || path == P::partials)) path = P::automatic;
+  const bool auto_tiles = linear_heur::use_tiles(a.num_tokens, a.max_loras, a.max_rank);
+  if (path == P::automatic) {
+    if (auto_tiles)
+      path = P::tiles;
+    else if (linear_heur::use_split_partials(a.num_tokens, a.max_loras, a.max_rank, a.hidden, a.num_slices, total))
+      path = P::partials;
+    else
+      path = P::decode;
+  }
+  if (path == P::partials) {
     const int nsplit = detail::launch_shrink_partials(sa, static_cast<float*>(a.workspace), stream);
     detail::launch_expand_from_partials(ea, static_cast<const float*>(a.workspace), nsplit, stream);
-  } else if (linear_heur::use_partials(a.num_tokens)) {
+  } else if (path == P::decode) {
     // Both kernels are programmatic dependents: each one's launch overlaps its predecessor's tail
     // and waits (griddepcontrol.wait) before touching memory.
     detail::launch_shrink_decode(sa, stream);
@@ -74,10 +87,30 @@ void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
     } else {
       launch_lora_expand(ea, stream);
     }
-  } else {
+  } else if (!small) {
     launch_lora_shrink(sa, stream);
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
+  } else {
+    // Decode-sized batch through the mma expand: B read once per adapter instead of once per
+    // token. An ordinary launch: the small-batch shrink may itself be a programmatic dependent of
+    // the kernel before it, so the expand must not read y before the whole chain is done.
+    // Where the automatic rule took this path the expand's own small-batch choice applies (the
+    // streaming kernel above rank 16); an explicit `tiles` at other sizes forces the mma kernel.
+    launch_lora_shrink(sa, stream);
+    detail::launch_lora_expand_with(
+        ea, auto_tiles ? detail::ExpandPrefillKernel::automatic : detail::ExpandPrefillKernel::mma_pipe, stream);
   }
 }
+}  // namespace
+
+void launch_add_lora_linear(const AddLoraLinearArgs& a, cudaStream_t stream) {
+  launch_impl(a, detail::LinearPath::automatic, stream);
+}
+
+namespace detail {
+void launch_add_lora_linear_with(const AddLoraLinearArgs& a, LinearPath path, cudaStream_t stream) {
+  launch_impl(a, path, stream);
+}
+}  // namespace detail
 
 }  // namespace punica::kernels

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <numeric>
 #include <utility>
 #include "kernels/add_lora_linear/add_lora_linear.h"
+#include "kernels/add_lora_linear/add_lora_linear_internal.h"
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_shrink.h"
@@ -29,10 +31,11 @@ struct LinearCase {
   bool nan_pad = false;
   float scale = 0.5f;
   uint64_t seed = 5;
+  detail::LinearPath path = detail::LinearPath::automatic;
 };
 
 void run_case(const LinearCase& c) {
-  SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
+  SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " path=" + std::to_string(int(c.path)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
                " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add));
   const int L = int(c.ranks.size());
   const int S = int(c.widths.size());
@@ -90,7 +93,7 @@ void run_case(const LinearCase& c) {
   a.y_row_stride = ldy;
   a.add_inputs = c.add;
   a.workspace = ws.get();
-  launch_add_lora_linear(a, nullptr);
+  detail::launch_add_lora_linear_with(a, c.path, nullptr);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -159,6 +162,22 @@ TEST(AddLoraLinear, DecodeManyAdapters) {
   // 8 tokens per adapter at T = 64, r <= 16: the split-K partials path.
   run_case({DType::bf16, 64, 4096, {1024, 256}, {16, 8, 0, 16, 16, 5, 12, 1}});
 }
+// Every path at every batch size it serves (decode and partials up to 128 tokens, tiles at any
+// T): mixed ranks with NaN padding, 3 unequal slices, add_inputs off, fp16.
+TEST(AddLoraLinear, EveryPath) {
+  using P = detail::LinearPath;
+  for (P path : {P::decode, P::partials, P::tiles})
+    for (int T : {1, 7, 64, 128, 300}) {
+      LinearCase c{DType::bf16, T, 4096, {1024, 256, 256}, {64, 5, 0, 40, 16}};
+      c.nan_pad = true;
+      c.path = path;
+      run_case(c);
+      LinearCase d{DType::f16, T, 2048, {1000}, {16, 8, 0, 16}, false};
+      d.path = path;
+      run_case(d);
+    }
+}
+
 // ------------------------------------------------------------------------------------ timing
 // blocked: token t uses adapter t * L / T (requests contiguous, as in vLLM prefill) instead of a
 // random adapter per token; separates the kernels' cost from that of the scattered row gather.
@@ -227,21 +246,31 @@ void perf_shape(const PerfShape& p) {
     std::printf("PERF%s T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (target %.2f)\n",
                 p.blocked ? "[blocked]" : "", p.T, (long long)p.H, R, L, active, S, (long long)total, r.name, r.floor, r.cold,
                 100.0 * r.floor / r.cold, r.graph, 2.5 + r.floor / 0.8);
-  if (p.T > 128) {
+  // One variant timed alone; the last column is the back-to-back target (paths) or the share of
+  // the floor (expand kernels).
+  auto variant = [&](const char* name, double floor, bool target, const std::function<void(cudaStream_t)>& f) {
+    for (int i = 0; i < 3; ++i) f(nullptr);
+    PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+    const double cold = cold_us(f, flush), graph = graph_us(f, 20, 7);
+    std::printf("PERF%s T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (%s %.2f)\n",
+                p.blocked ? "[blocked]" : "", p.T, (long long)p.H, R, L, active, S, (long long)total, name, floor, cold,
+                100.0 * floor / cold, graph, target ? "target" : "share", target ? 2.5 + floor / 0.8 : floor / graph);
+  };
+  if (p.T <= 128) {
+    // Each add_lora_linear path of a decode-sized batch.
+    using P = detail::LinearPath;
+    const std::pair<P, const char*> ps[] = {{P::decode, "linear[decode]"}, {P::partials, "linear[partials]"},
+                                            {P::tiles, "linear[tiles]"}};
+    for (const auto& pp : ps)
+      variant(pp.second, fl, true, [&](cudaStream_t st) { detail::launch_add_lora_linear_with(la, pp.first, st); });
+  } else {
     // Each prefill (mma) expand kernel alone: pipelined, streaming, staged.
     using K = detail::ExpandPrefillKernel;
     const std::pair<K, const char*> ks[] = {{K::mma_pipe, "expand[pipe]"},
                                             {K::mma_stream, "expand[stream]"},
                                             {K::mma_staged, "expand[staged]"}};
-    for (const auto& k : ks) {
-      auto f = [&](cudaStream_t st) { detail::launch_lora_expand_with(ea, k.first, st); };
-      for (int i = 0; i < 3; ++i) f(nullptr);
-      PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
-      const double cold = cold_us(f, flush), graph = graph_us(f, 20, 7);
-      std::printf("PERF%s T=%-5d H=%lld r=%-3d L=%-2d act=%-2d S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f us (%.0f%%)  graph %8.2f us (%.0f%%)\n",
-                  p.blocked ? "[blocked]" : "", p.T, (long long)p.H, R, L, active, S, (long long)total, k.second, fe, cold,
-                  100.0 * fe / cold, graph, 100.0 * fe / graph);
-    }
+    for (const auto& k : ks)
+      variant(k.second, fe, false, [&](cudaStream_t st) { detail::launch_lora_expand_with(ea, k.first, st); });
   }
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -255,6 +284,13 @@ TEST(LoraPerf, DISABLED_Bf16) {
   perf_shape({8192, 4096, 64, 32, {4096}});
   perf_shape({8192, 4096, 16, 8, {4096}, true});
   perf_shape({8192, 4096, 64, 32, {4096, 1024, 1024}, true});
+  // decode-sized batches: which add_lora_linear path (bench_lora_ops shapes, 1 / 8 / 32 adapters)
+  for (int T : {16, 32, 64, 128})
+    for (int L : {1, 8, 32}) {
+      perf_shape({T, 4096, 16, L, {4096}});
+      perf_shape({T, 8192, 64, L, {8192}});
+      perf_shape({T, 4096, 64, L, {4096, 1024, 1024}});
+    }
 }
 
 }  // namespace

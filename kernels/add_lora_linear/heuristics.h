@@ -23,6 +23,20 @@ inline bool use_split_partials(int64_t T, int max_loras, int max_rank, int64_t K
   return mid && (max_rank <= 16 || K >= 8192 || S >= 3 || total_n > 8192);
 }
 
+// Within decode, several tokens per adapter (T / max_loras): the shrink -> mma expand (tiles)
+// instead of the decode kernels, whose expand re-reads B for every token; checked before the
+// partials rule. Measured on the H200 (LoraPerf, results/NOTES.md v8, cold): one slice H=8192
+// r=64, T=64, 8 adapters: 28.7 us against 50.0 (decode) and 60.1 (partials, then automatic);
+// qkv r=64, 1 adapter, T=16: 16.3 against 17.9; one slice r=16, T=64, 8 adapters: 12.7 against
+// 14.9; but two tokens per adapter stay with the decode kernels (H=8192 r=64, T=64, 32 adapters:
+// 62.6 against 56.9), as r=16 below 8 tokens per adapter (T=32, 8 adapters: 12.6 against 11.6).
+inline bool use_tiles(int64_t T, int max_loras, int max_rank) {
+  if (T > kDecodeMaxTokens) return true;
+  if (T < 16) return false;
+  const int64_t tpa = T / std::max(1, max_loras);
+  return max_rank <= 16 ? (T >= 32 && tpa >= 8) : tpa >= 4;
+}
+
 inline std::size_t workspace_bytes(int64_t max_tokens, int S, int R) {
   const std::size_t full = std::size_t(S) * std::size_t(std::max<int64_t>(max_tokens, 0)) * R * 4;
   const std::size_t part = std::size_t(shrink_heur::kMaxSplits) * S *

@@ -44,7 +44,18 @@ TEST(ShrinkHeuristics, StreamKFromLongRanges) {
   EXPECT_TRUE(q64.stream_k);
   EXPECT_EQ(q64.sk_blocks, 2 * 132);
   EXPECT_FALSE(shrink_heur::fused_config(2048, 4096, 3, 16, 132, true, shrink_heur::kFusedBM, false, true).stream_k);
-  EXPECT_FALSE(shrink_heur::fused_config(4096, 4096, 3, 64, 132, true, shrink_heur::kFusedBM, false, true).stream_k);
+  // Split-K blocks past one wave (NOTES v8): T=4096 qkv r=64 makes 64 tiles x 5 splits for 264
+  // slots; T=256 one slice r=64 with 32 adapters makes >= 32 tiles x 16 splits for 396 slots, but
+  // with 8 adapters 8 x 16 fit. T=2048 qkv r=16 (32 x 8 for 396) stays split-K.
+  EXPECT_TRUE(shrink_heur::fused_config(4096, 4096, 3, 64, 132, true, shrink_heur::kFusedBM, false, true).stream_k);
+  EXPECT_TRUE(shrink_heur::fused_config(256, 8192, 1, 64, 132, true, shrink_heur::kFusedBM, false, true, 32).stream_k);
+  EXPECT_FALSE(shrink_heur::fused_config(256, 8192, 1, 64, 132, true, shrink_heur::kFusedBM, false, true, 8).stream_k);
+  EXPECT_FALSE(shrink_heur::fused_config(2048, 4096, 3, 16, 132, true, shrink_heur::kFusedBM, false, true, 32).stream_k);
+  // Fused for one or two column groups from 129 to 1024 tokens with at most 8 adapters only.
+  EXPECT_TRUE(shrink_heur::auto_fused(256, 1, 16, 8));
+  EXPECT_FALSE(shrink_heur::auto_fused(256, 1, 16, 32));
+  EXPECT_FALSE(shrink_heur::auto_fused(2048, 1, 16, 1));
+  EXPECT_TRUE(shrink_heur::auto_fused(2048, 3, 16, 32));
   // Never without split-K allowed, and never on the explicit split-K kinds.
   EXPECT_FALSE(shrink_heur::fused_config(8192, 4096, 3, 16, 132, false, shrink_heur::kFusedBM, false, true).stream_k);
   EXPECT_FALSE(shrink_heur::fused_config(8192, 4096, 3, 16, 132).stream_k);
@@ -69,6 +80,19 @@ TEST(LinearHeuristics, SplitPartialsWindow) {
   EXPECT_FALSE(linear_heur::use_split_partials(16, 1, 16, 4096, 1, 4096));
   EXPECT_TRUE(linear_heur::use_partials(128));
   EXPECT_FALSE(linear_heur::use_partials(129));
+}
+
+// The shrink -> mma expand path for decode-sized batches with several tokens per adapter (checked
+// before the partials window, so it also takes the Llama-3-8B gate_up case above).
+TEST(LinearHeuristics, TilesForManyTokensPerAdapter) {
+  EXPECT_TRUE(linear_heur::use_tiles(64, 8, 64));    // 8 per adapter, r=64
+  EXPECT_TRUE(linear_heur::use_tiles(16, 1, 64));    // 16 per adapter
+  EXPECT_FALSE(linear_heur::use_tiles(64, 32, 64));  // 2 per adapter: decode kernels
+  EXPECT_TRUE(linear_heur::use_tiles(64, 8, 16));    // r=16 from 8 per adapter and T >= 32
+  EXPECT_FALSE(linear_heur::use_tiles(32, 8, 16));
+  EXPECT_FALSE(linear_heur::use_tiles(16, 1, 16));
+  EXPECT_FALSE(linear_heur::use_tiles(8, 1, 64));    // below 16 tokens: decode kernels
+  EXPECT_TRUE(linear_heur::use_tiles(129, 64, 16));  // prefill
 }
 
 TEST(ExpandHeuristics, DecodeGemvWindow) {
@@ -110,8 +134,14 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::mma_staged), K::mma_staged);
   // Slice columns off 16-byte alignment: only the staged kernel's scalar paths apply.
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 3), K::automatic), K::mma_staged);
-  // Decode-sized batches and ranks off a multiple of 8: not a prefill (mma) kernel.
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 16, 0), K::automatic), K::automatic);
+  // Decode-sized batches: the mma kernels only with several tokens per adapter (8 adapters here),
+  // the streaming one above rank 16; ranks off a multiple of 8: not a prefill (mma) kernel.
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 16, 0), K::automatic), K::mma_pipe);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 16, 0), K::automatic), K::automatic);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(16, 64, 0), K::automatic), K::automatic);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 64, 0), K::automatic), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8, 64, 0), K::mma_pipe), K::mma_pipe);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 12, 0), K::automatic), K::automatic);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 12, 0), K::automatic), K::automatic);
 }
 

@@ -33,9 +33,29 @@ constexpr int kStMinBlocks = 3;
 constexpr int kPipeTiles16 = 4;
 constexpr int kPipeTiles64 = 8;
 
-inline bool use_mma(DType dtype, int64_t T, int max_rank, bool b_aligned) {
-  return dtype != DType::f32 && T > kDecodeMaxTokens && max_rank % 8 == 0 && b_aligned;
+// The mma kernels' shape preconditions (16-bit B and y, 16-byte B rows).
+inline bool mma_shape_ok(DType dtype, int max_rank, bool b_aligned) {
+  return dtype != DType::f32 && max_rank % 8 == 0 && b_aligned;
 }
+inline bool use_mma(DType dtype, int64_t T, int max_rank, bool b_aligned) {
+  return mma_shape_ok(dtype, max_rank, b_aligned) && T > kDecodeMaxTokens;
+}
+// Decode-sized batches (16 <= T <= 128) with several tokens per adapter (T / max_loras, the host's
+// bound) also take the mma kernels: the decode kernel reads B once per token, they read it once
+// per token tile. Measured on the H200 (LoraExpandPerf, results/NOTES.md v8, back to back): one
+// slice H=8192 r=64, one adapter, T=64: 5.7 us against 30.4; 8 adapters: 8.6 against 25.1;
+// one slice r=16, T=64, 8 adapters: 4.3 against 5.6; but one or two tokens per adapter stay with
+// the decode kernel (r=16, 32 adapters, T=64: 7.4 against 8.6), as r=16 below 8 tokens per adapter
+// (T=32, 8 adapters: cold 8.1 against 8.6) and T=16 at r=16 (3.6 against 3.7).
+inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
+  if (T < 16 || T > kDecodeMaxTokens) return false;
+  const int64_t tpa = T / std::max(1, max_loras);
+  if (max_rank <= 16) return T >= 32 && tpa >= 8;
+  return tpa >= 4 || (T >= 64 && tpa >= 2);
+}
+// In those small batches above rank 16 the streaming kernel (one tile per block, more blocks)
+// beats the pipelined one (8 tiles per block): H=8192 r=64, 8 adapters, T=64: 8.6 against 13.1 us.
+inline bool small_batch_stream(int64_t T, int max_rank) { return T <= kDecodeMaxTokens && max_rank > 16; }
 
 // Decode kernel (expand_decode.cu, every shape the mma kernels do not take): 4 warps per block;
 // tokens of one adapter sharing a block's B loads; above 512 the rank is refused.

@@ -432,11 +432,16 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
   using K = detail::ExpandPrefillKernel;
   const bool vecb = expand_b_vec_ok(a);
   if constexpr (!std::is_same_v<T, float>) {
-    if (H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
+    // An explicit prefill kernel runs at any T (tests and timing of the decode-sized batches).
+    const bool forced = which != K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb);
+    const bool small = which == K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb) &&
+                       H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank);
+    if (forced || small || H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
+      const bool pipe_ok = which != K::mma_stream && !(small && H::small_batch_stream(a.num_tokens, a.max_rank));
       if (which != K::mma_staged && fast_ok(a, p)) {
-        if (which != K::mma_stream && a.max_rank <= 16)
+        if (pipe_ok && a.max_rank <= 16)
           return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st, nullptr, 0, pdl);
-        if (which != K::mma_stream && a.max_rank <= 64)
+        if (pipe_ok && a.max_rank <= 64)
           return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, pdl);
         return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st);
       }
@@ -525,9 +530,14 @@ ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefill
   using K = ExpandPrefillKernel;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  if (a.dtype == DType::f32 || !H::use_mma(a.dtype, a.num_tokens, a.max_rank, expand_b_vec_ok(a))) return K::automatic;
+  const bool vecb = expand_b_vec_ok(a);
+  const bool forced = which != K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb);
+  const bool small = which == K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb) &&
+                     H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank);
+  if (a.dtype == DType::f32 || !(forced || small || H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb))) return K::automatic;
   if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
-  if (which != K::mma_stream && a.max_rank <= 64) return K::mma_pipe;
+  const bool pipe_ok = which != K::mma_stream && !(small && H::small_batch_stream(a.num_tokens, a.max_rank));
+  if (pipe_ok && a.max_rank <= 64) return K::mma_pipe;
   return K::mma_stream;
 }
 

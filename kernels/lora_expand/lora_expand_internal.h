@@ -11,7 +11,8 @@ namespace punica::kernels::detail {
 // Prefill (mma) kernel selection for tests and timing: automatic = what heuristics.h picks.
 // mma_pipe: the pipelined kernel (max_rank <= 64); mma_stream: the streaming kernel (any rank);
 // mma_staged: the staged kernel (every layout). Where a kernel's preconditions fail the next more
-// general one runs; expand_prefill_kernel says which one a call would run.
+// general one runs; expand_prefill_kernel says which one a call would run. An explicit kernel runs
+// at any T (the automatic choice takes the decode kernels for small batches).
 enum class ExpandPrefillKernel { automatic, mma_staged, mma_stream, mma_pipe };
 void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream);
 // The automatic expand right after a lora_shrink in the same stream (add_lora_linear prefill): the

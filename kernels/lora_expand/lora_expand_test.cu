@@ -209,6 +209,25 @@ TEST(LoraExpand, PrefillKernels) {
   }
 }
 
+// The prefill kernels chosen explicitly at decode-sized T (1 to 128 tokens, fewer tokens than one
+// tile, adapters with one token each): what the automatic choice may route there.
+TEST(LoraExpand, PrefillKernelsSmallBatch) {
+  using K = detail::ExpandPrefillKernel;
+  for (K k : {K::mma_staged, K::mma_stream, K::mma_pipe})
+    for (int T : {1, 7, 64, 128}) {
+      ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1024}, {64, 5, 0, 40, 64}, true, 0};
+      c.nan_pad = true;
+      c.kernel = k;
+      c.expect = k;
+      run_case(c);
+      ExpandCase d{DType::f16, DType::f16, T, {1000}, testutil::many_ranks(), false, 0};
+      d.nan_pad = true;
+      d.kernel = k;
+      d.expect = k;
+      run_case(d);
+    }
+}
+
 // Prefill-sized batch close to the timed shape: 3 unequal slices, 8 adapters + -1 tokens; and a
 // rank-64 one with 32 adapters (both through the automatic choice: the pipelined kernel).
 TEST(LoraExpand, LargePrefillThreeSlices) {
@@ -265,6 +284,13 @@ TEST(LoraExpandPerf, DISABLED_Bf16) {
   perf_expand(2048, {4096, 1024, 1024}, 16, 8, 0);
   perf_expand(2048, {8192}, 64, 32, 0);
   perf_expand(512, {4096}, 16, 8, 0);
+  // decode-sized batches: the decode kernel (auto) against the prefill kernels
+  for (int T : {16, 32, 64, 128})
+    for (int L : {1, 8, 32}) {
+      perf_expand(T, {4096}, 16, L, 0);
+      perf_expand(T, {8192}, 64, L, 0);
+      perf_expand(T, {4096, 1024, 1024}, 64, L, 0);
+    }
 }
 
 }  // namespace

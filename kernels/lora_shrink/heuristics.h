@@ -62,10 +62,15 @@ inline MmaConfig mma_config(int64_t T, int64_t K, int S, int max_rank, int num_s
 // S=3 r=64: 65 vs 86 us; S=1 r=64: 44 vs 51 us) but not for S=1 r=16 (41 vs 33 us: one block per
 // SM keeps too few bytes in flight), and beats the GEMV from 64 tokens (T=64 S=3: 6.7 vs 11.6 us
 // back to back) but not at T=1 (5.2 vs 4.1 us).
+// Below 3 groups, from 129 to 1024 tokens with at most 8 adapters the fused kernel also wins
+// (LoraShrinkPerf, results/NOTES.md v8, cold: one slice r=16, T=256, 1 adapter: 9.8 vs 13.4 us;
+// T=1024, 8 adapters: 12.5 vs 14.5) but not with 32 adapters (T=1024: 17.0 vs 14.8).
 constexpr int64_t kFusedMinTokens = 64;
-inline bool auto_fused(int64_t T, int S, int max_rank) {
+constexpr int64_t kFusedFewGroupsMaxTokens = 1024;
+inline bool auto_fused(int64_t T, int S, int max_rank, int max_loras = 0) {
   if (T < kFusedMinTokens) return false;
   if (T <= kDecodeMaxTokens) return true;
+  if (T <= kFusedFewGroupsMaxTokens && max_loras <= 8) return true;
   return S * ((max_rank + 15) / 16) >= 3;
 }
 
@@ -103,7 +108,7 @@ constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block at least (dev
 // adapters: 148 tiles on 264 slots, 96 us against 75).
 inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int num_sms, bool allow_split = true,
                                 int bm = kFusedBM, bool stream_k = false,
-                                bool auto_sk = false) {
+                                bool auto_sk = false, int64_t max_loras = 0) {
   FusedConfig c;
   const int ng = S * ((max_rank + 15) / 16);
   c.bm = bm == 128 && ng <= 6 ? 128 : kFusedBM;
@@ -140,6 +145,20 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   }
   c.ktiles_per_split = int((ktiles + ks - 1) / ks);
   c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
+  // The split-K grid is cut for ceil(T/64) tiles, but every adapter owns at least one (partial)
+  // tile: with many adapters and few tokens the real (tile, split) blocks pass one wave of
+  // resident blocks and a thin second wave follows. Stream-K there (one wave, tiles counted on the
+  // device). Measured (LoraShrinkPerf, results/NOTES.md v8, cold, 32 adapters): one slice H=8192
+  // r=64, T=128..1024: 21.3-27.3 against 24.4-29.0 us; qkv r=64, T=128..4096: 29.7-49.1 against
+  // 32.7-57.9; not with 8 adapters up to T=1024 (their blocks fit one wave: 14.0 against 14.9).
+  if (auto_sk && allow_split && bm == kFusedBM && c.ksplit > 1) {
+    const int64_t tiles_est = std::max<int64_t>(tiles, std::min<int64_t>(max_loras, T));
+    if (tiles_est * c.ksplit > resident * int64_t(num_sms)) {
+      c.stream_k = true;
+      c.sk_blocks = int(resident * int64_t(num_sms));
+      c.ksplit = 1;
+    }
+  }
   return c;
 }
 

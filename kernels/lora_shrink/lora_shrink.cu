@@ -686,10 +686,11 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   const bool bm128 = kind == K::fused128 || kind == K::fused128_sk;
   const bool sk = kind == K::fused_sk || kind == K::fused128_sk;
   const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk ||
-                          (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank));
+                          (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
   if (fused_ok && want_fused) {
     const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, num_sms_cached(),
-                                             kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, kind == K::automatic);
+                                             kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, kind == K::automatic,
+                                             a.max_loras);
     if (c.ksplit > 1 || c.stream_k) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);
     else launch_fused<__half>(p, c, stream);

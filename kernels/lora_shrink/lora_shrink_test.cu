@@ -267,6 +267,13 @@ TEST(LoraShrinkPerf, DISABLED_Bf16) {
   perf_shrink(8192, 8192, 64, 8, 1);
   perf_shrink(16384, 4096, 16, 8, 3);
   perf_shrink(2048, 8192, 64, 32, 1);
+  // just past decode: tiles of 64 tokens for few tokens and many adapters
+  for (int T : {128, 256, 512, 1024})
+    for (int L : {1, 8, 32}) {
+      perf_shrink(T, 4096, 16, L, 1);
+      perf_shrink(T, 8192, 64, L, 1);
+      perf_shrink(T, 4096, 64, L, 3);
+    }
 }
 
 }  // namespace
