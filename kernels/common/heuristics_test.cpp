@@ -140,6 +140,10 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 16, 0), K::automatic), K::automatic);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(16, 64, 0), K::automatic), K::automatic);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 64, 0), K::automatic), K::mma_stream);
+  // Above rank 16 the streaming kernel up to 512 tokens, the pipelined one beyond.
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(512, 64, 0), K::automatic), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(1024, 64, 0), K::automatic), K::mma_pipe);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(512, 16, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8, 64, 0), K::mma_pipe), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 12, 0), K::automatic), K::automatic);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 12, 0), K::automatic), K::automatic);

@@ -53,9 +53,12 @@ inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
   if (max_rank <= 16) return T >= 32 && tpa >= 8;
   return tpa >= 4 || (T >= 64 && tpa >= 2);
 }
-// In those small batches above rank 16 the streaming kernel (one tile per block, more blocks)
-// beats the pipelined one (8 tiles per block): H=8192 r=64, 8 adapters, T=64: 8.6 against 13.1 us.
-inline bool small_batch_stream(int64_t T, int max_rank) { return T <= kDecodeMaxTokens && max_rank > 16; }
+// In small batches above rank 16 the streaming kernel (one tile per block, more blocks) beats the
+// pipelined one (8 tiles per block), up to 512 tokens (LoraExpandPerf, back to back): H=8192 r=64,
+// 8 adapters, T=64: 8.6 against 13.1 us; T=256: 9.3 against 13.1; qkv r=64, 32 adapters, T=256:
+// 23.8 against 34.4; T=512: 25.0 against 26.0; from T=1024 not (32 adapters: 33.4 against 31.0).
+constexpr int64_t kStreamMaxTokens = 512;
+inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxTokens && max_rank > 16; }
 
 // Decode kernel (expand_decode.cu, every shape the mma kernels do not take): 4 warps per block;
 // tokens of one adapter sharing a block's B loads; above 512 the rank is refused.

@@ -437,7 +437,7 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
     const bool small = which == K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb) &&
                        H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank);
     if (forced || small || H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
-      const bool pipe_ok = which != K::mma_stream && !(small && H::small_batch_stream(a.num_tokens, a.max_rank));
+      const bool pipe_ok = which != K::mma_stream && !(which == K::automatic && H::prefer_stream(a.num_tokens, a.max_rank));
       if (which != K::mma_staged && fast_ok(a, p)) {
         if (pipe_ok && a.max_rank <= 16)
           return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st, nullptr, 0, pdl);
@@ -536,7 +536,7 @@ ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefill
                      H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank);
   if (a.dtype == DType::f32 || !(forced || small || H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb))) return K::automatic;
   if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
-  const bool pipe_ok = which != K::mma_stream && !(small && H::small_batch_stream(a.num_tokens, a.max_rank));
+  const bool pipe_ok = which != K::mma_stream && !(which == K::automatic && H::prefer_stream(a.num_tokens, a.max_rank));
   if (pipe_ok && a.max_rank <= 64) return K::mma_pipe;
   return K::mma_stream;
 }

@@ -284,8 +284,9 @@ TEST(LoraExpandPerf, DISABLED_Bf16) {
   perf_expand(2048, {4096, 1024, 1024}, 16, 8, 0);
   perf_expand(2048, {8192}, 64, 32, 0);
   perf_expand(512, {4096}, 16, 8, 0);
-  // decode-sized batches: the decode kernel (auto) against the prefill kernels
-  for (int T : {16, 32, 64, 128})
+  // decode-sized and small prefill batches: the decode kernel (auto up to T=128) against the
+  // prefill kernels
+  for (int T : {16, 32, 64, 128, 256, 512, 1024, 2048})
     for (int L : {1, 8, 32}) {
       perf_expand(T, {4096}, 16, L, 0);
       perf_expand(T, {8192}, 64, L, 0);
