@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_shrink/heuristics.h"
 
 namespace punica::kernels::linear_heur {
@@ -30,11 +31,11 @@ inline bool use_split_partials(int64_t T, int max_loras, int max_rank, int64_t K
 // qkv r=64, 1 adapter, T=16: 16.3 against 17.9; one slice r=16, T=64, 8 adapters: 12.7 against
 // 14.9; but two tokens per adapter stay with the decode kernels (H=8192 r=64, T=64, 32 adapters:
 // 62.6 against 56.9), as r=16 below 8 tokens per adapter (T=32, 8 adapters: 12.6 against 11.6).
+// The expand's own small-batch rule, less its 2-tokens-per-adapter case above rank 16.
 inline bool use_tiles(int64_t T, int max_loras, int max_rank) {
   if (T > kDecodeMaxTokens) return true;
-  if (T < 16) return false;
-  const int64_t tpa = T / std::max(1, max_loras);
-  return max_rank <= 16 ? (T >= 32 && tpa >= 8) : tpa >= 4;
+  return expand_heur::small_batch_mma(T, max_loras, max_rank) &&
+         (max_rank <= 16 || T / std::max(1, max_loras) >= 4);
 }
 
 inline std::size_t workspace_bytes(int64_t max_tokens, int S, int R) {

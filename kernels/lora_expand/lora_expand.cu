@@ -426,34 +426,41 @@ bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
   return a.dtype != DType::f32 && p.y16_ok && expand_b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0;
 }
 
+// The prefill (mma) kernel a call runs, automatic = none (the decode kernel or the GEMV). One rule
+// for dispatch() and expand_prefill_kernel(). An explicit kernel runs at any T (tests and timing of
+// the decode-sized batches).
+detail::ExpandPrefillKernel choose_prefill(const LoraExpandArgs& a, const ExpandParams& p,
+                                           detail::ExpandPrefillKernel which, bool pdl) {
+  using K = detail::ExpandPrefillKernel;
+  if (a.dtype == DType::f32 || !H::mma_shape_ok(a.dtype, a.max_rank, expand_b_vec_ok(a))) return K::automatic;
+  const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank) ||
+                   a.num_tokens > H::kDecodeMaxTokens;
+  if (!mma) return K::automatic;
+  if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
+  // After add_lora_linear's shrink (pdl) the pipelined kernel stays: its y and B loads overlap
+  // the shrink's tail, which the streaming kernel's launch does not (T=256 r=64, one adapter:
+  // 15.6 us with the streaming kernel against 13.5 back to back, git 3f6770a against 31924f2).
+  const bool pipe_ok = which != K::mma_stream && !(which == K::automatic && !pdl && H::prefer_stream(a.num_tokens, a.max_rank));
+  return pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream;
+}
+
 template <class T, class TI>
 void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
               detail::ExpandPrefillKernel which, bool pdl) {
   using K = detail::ExpandPrefillKernel;
-  const bool vecb = expand_b_vec_ok(a);
   if constexpr (!std::is_same_v<T, float>) {
-    // An explicit prefill kernel runs at any T (tests and timing of the decode-sized batches).
-    const bool forced = which != K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb);
-    const bool small = which == K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb) &&
-                       H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank);
-    if (forced || small || H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb)) {
-      // After add_lora_linear's shrink (pdl) the pipelined kernel stays: its y and B loads overlap
-      // the shrink's tail, which the streaming kernel's launch does not (T=256 r=64, one adapter:
-      // 15.6 us with the streaming kernel against 13.5 back to back, git 3f6770a against 31924f2).
-      const bool pipe_ok = which != K::mma_stream && !(which == K::automatic && !pdl && H::prefer_stream(a.num_tokens, a.max_rank));
-      if (which != K::mma_staged && fast_ok(a, p)) {
-        if (pipe_ok && a.max_rank <= 16)
-          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st, nullptr, 0, pdl);
-        if (pipe_ok && a.max_rank <= 64)
-          return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, pdl);
-        return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st);
-      }
-      return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
+    switch (choose_prefill(a, p, which, pdl)) {
+      case K::mma_pipe:
+        if (a.max_rank <= 16) return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st, nullptr, 0, pdl);
+        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, pdl);
+      case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st);
+      case K::mma_staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
+      case K::automatic: break;
     }
   }
   if (a.max_rank <= H::kDecMaxRank && !H::decode_use_gemv(a.num_tokens, a.max_loras))
     return detail::launch_expand_decode(a, st);
-  launch_gemv<T, TI, false>(p, maxN, vecb, false, st);
+  launch_gemv<T, TI, false>(p, maxN, expand_b_vec_ok(a), false, st);
 }
 
 template <class T>
@@ -530,18 +537,9 @@ void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t strea
 }
 
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which) {
-  using K = ExpandPrefillKernel;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  const bool vecb = expand_b_vec_ok(a);
-  const bool forced = which != K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb);
-  const bool small = which == K::automatic && H::mma_shape_ok(a.dtype, a.max_rank, vecb) &&
-                     H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank);
-  if (a.dtype == DType::f32 || !(forced || small || H::use_mma(a.dtype, a.num_tokens, a.max_rank, vecb))) return K::automatic;
-  if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
-  const bool pipe_ok = which != K::mma_stream && !(which == K::automatic && H::prefer_stream(a.num_tokens, a.max_rank));
-  if (pipe_ok && a.max_rank <= 64) return K::mma_pipe;
-  return K::mma_stream;
+  return choose_prefill(a, p, which, false);
 }
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
