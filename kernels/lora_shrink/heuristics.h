@@ -89,8 +89,19 @@ inline bool auto_stream_k(int64_t T, int64_t K, int64_t slots) {
 // per SM), and split-K (y zeroed first, atomics) when the token tiles fill fewer than ~3 blocks per SM.
 // stream_k: grid of sk_blocks resident blocks sharing the (tile, k-tile) iterations equally
 // (fused_config's `stream_k`); ksplit = 1 then, and y is zeroed first as for split-K.
+// Warp-k tile (ShrinkKernel::fused_wk): adapters of at most kWkMaxGroups groups of 16 columns over
+// all slices; 4 stages of 64 x-rows and 64 A-rows (64 KB) or the 4-way k reduction (72 KB), and
+// 2 blocks per SM (launch bounds: its 64 fp32 accumulators per thread).
+constexpr int kWkMaxGroups = 4;
+constexpr int kWkStages = 4;
+constexpr int kWkLdr = kWkMaxGroups * 16 + 8;
+constexpr std::size_t kWkSmem = std::max<std::size_t>(std::size_t(kWkStages) * (64 * 128 + kWkMaxGroups * 16 * 128),
+                                                      std::size_t(4) * 64 * kWkLdr * 4);
+inline bool wk_fits(int S, int max_rank) { return S * ((max_rank + 15) / 16) <= kWkMaxGroups; }
+
 struct FusedConfig {
   int bm = kFusedBM, ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1;
+  bool wk = false;
   bool stream_k = false;
   int sk_blocks = 0;
   std::size_t smem = 0;
@@ -108,7 +119,7 @@ constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block at least (dev
 // adapters: 148 tiles on 264 slots, 96 us against 75).
 inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int num_sms, bool allow_split = true,
                                 int bm = kFusedBM, bool stream_k = false,
-                                bool auto_sk = false, int64_t max_loras = 0) {
+                                bool auto_sk = false, int64_t max_loras = 0, bool wk = false) {
   FusedConfig c;
   const int ng = S * ((max_rank + 15) / 16);
   c.bm = bm == 128 && ng <= 6 ? 128 : kFusedBM;
@@ -116,6 +127,12 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   c.ngw = ng <= wn ? 1 : ng <= 2 * wn ? 2 : kFusedMaxNGW;
   c.stages = c.ngw == 3 ? 3 : 4;
   c.smem = std::size_t(c.stages) * (std::size_t(c.bm) * 128 + std::size_t(wn) * c.ngw * 16 * 128);
+  c.wk = wk && c.bm == kFusedBM && wk_fits(S, max_rank);
+  if (c.wk) {
+    c.ngw = 1;
+    c.stages = kWkStages;
+    c.smem = kWkSmem;
+  }
   const int64_t ktiles = std::max<int64_t>(1, (K + 63) / 64);
   const int64_t tiles = (T + c.bm - 1) / c.bm;
   int64_t ks = 1;
@@ -129,7 +146,7 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   // against 98d3c40), so those shapes keep the 2-per-SM split (this rule itself not re-measured:
   // the session's device time ran out).
   const int64_t fit = int64_t(std::size_t(227 * 1024) / (c.smem + 1024));  // 227 KB of shared memory per SM
-  const int64_t resident = std::max<int64_t>(1, std::min<int64_t>(3, fit));
+  const int64_t resident = std::max<int64_t>(1, std::min<int64_t>(c.wk ? 2 : 3, fit));
   const int64_t per_sm = tiles * 10 < int64_t(num_sms) * 9 ? 2 : resident;
   const int64_t target = per_sm * int64_t(num_sms);
   if (auto_sk && allow_split && bm == kFusedBM) stream_k = auto_stream_k(T, K, resident * int64_t(num_sms));

@@ -316,6 +316,28 @@ __global__ void __launch_bounds__(256) shrink_zero_kernel(float* y, int64_t n) {
 // BM = 128 (experimental, ShrinkKernel::fused128): 4 (tokens) x 2 (column groups) warps, so each
 // A stage serves twice the tokens (half the A traffic from L2 per x byte) and each stage moves
 // 16 KB of x.
+// Stores zeros into columns [c0, R) of every slice of y for the `rows` sorted tokens from `start`
+// (the -1 entry's rows, and the columns past an adapter's computed groups). Whole block.
+__device__ __forceinline__ void zero_tile_columns(const ShrinkParams& p, int start, int rows, int c0) {
+  const int zw = p.R - c0;
+  if (zw <= 0) return;
+  float* Y = static_cast<float*>(p.y);
+  const int per = rows * zw;
+  for (int idx = threadIdx.x; idx < p.S * per; idx += blockDim.x) {
+    const int s = idx / per, rem = idx - s * per, row = rem / zw, j = c0 + (rem - row * zw);
+    Y[(int64_t(s) * p.T + p.meta.sorted_token_ids[start + row]) * p.R + j] = 0.f;
+  }
+}
+
+// Tile `tile` of `bm` sorted tokens of entry `entry`: its slot (-1: no adapter), rows and first
+// position in sorted_token_ids.
+struct TileRows { int l, rows, start; };
+__device__ __forceinline__ TileRows tile_rows(const ShrinkParams& p, int entry, int tile, int bm) {
+  const int m0 = tile * bm;
+  return {p.meta.active_lora_ids[entry], min(bm, p.meta.num_tokens_per_lora[entry] - m0),
+          p.meta.lora_token_start_loc[entry] + m0};
+}
+
 // One (entry, tile) of the fused kernel over k-tiles [kt0, kt1): split = partial sums added
 // atomically into the zeroed y; otherwise every y element of the tile's tokens is stored.
 template <class T, int NGW, int ST, int BM>
@@ -327,21 +349,13 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
   constexpr int AI = NGP * 16 * 8 / H::kFusedThreads;  // NGP/2 A chunks per thread per stage
   uint4* sx = reinterpret_cast<uint4*>(smem_raw);  // [ST][BM*8]
   uint4* sa = sx + ST * BM * 8;                    // [ST][NGP*16*8]
-  const int l = p.meta.active_lora_ids[entry];
-  const int ntok = p.meta.num_tokens_per_lora[entry];
-  const int m0 = tile * BM;
-  const int rows = min(BM, ntok - m0);
-  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const TileRows tr = tile_rows(p, entry, tile, BM);
+  const int l = tr.l, rows = tr.rows, start = tr.start;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   float* Y = static_cast<float*>(p.y);
   const int S = p.S, R = p.R;
   if (l < 0) {
-    if (split) return;
-    const int per = rows * R;
-    for (int idx = tid; idx < S * per; idx += H::kFusedThreads) {
-      const int s = idx / per, rem = idx - s * per, row = rem / R, j = rem - row * R;
-      Y[(int64_t(s) * p.T + p.meta.sorted_token_ids[start + row]) * R + j] = 0.f;
-    }
+    if (!split) zero_tile_columns(p, start, rows, 0);
     return;
   }
   const int r = min(p.ranks[l], R);
@@ -398,15 +412,7 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
         cp_async16(smem_u32(da + swz(ra, ch)), ok ? (const void*)(arow[i] + kbase) : (const void*)X, ok ? 16 : 0);
       }
     };
-    float acc[2][NGW][2][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int gw = 0; gw < NGW; ++gw)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[mt][gw][h][c] = 0.f;
+    float acc[2][NGW][2][4] = {};
 
 #pragma unroll
     for (int st = 0; st < ST - 1; ++st) {
@@ -471,17 +477,202 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
           }
     }
   }
-  if (split) return;
   // Columns past the computed groups (and every column when nothing was computed): zeros.
-  const int zc0 = nkt > 0 ? min(CA * 16, R) : 0;
-  const int zw = R - zc0;
-  if (zw > 0) {
-    const int per = rows * zw;
-    for (int idx = tid; idx < S * per; idx += H::kFusedThreads) {
-      const int s = idx / per, rem = idx - s * per, row = rem / zw, j = zc0 + (rem - row * zw);
-      Y[(int64_t(s) * p.T + p.meta.sorted_token_ids[start + row]) * R + j] = 0.f;
+  if (!split) zero_tile_columns(p, start, rows, nkt > 0 ? min(CA * 16, R) : 0);
+}
+
+// Warp-k tile (ShrinkKernel::fused_wk): for adapters of at most kWkGroups groups of 16 columns over
+// all slices (qkv r=16, gate_up r=16, one slice r <= 64). 64 tokens x every group; the 8 warps are
+// 4 (the k16 step of each 64-wide stage) x 2 (32 tokens), and every warp computes all the groups,
+// so each x fragment is read from shared memory by one warp and each A fragment by two: 16 + 8 * ng
+// ldmatrix per stage, against 8 * 12 in fused_tile's 2 x 4 layout (x read by 4 warps, A by 2). The
+// shared-memory pipe, not DRAM, bounded fused_tile (ncu, NOTES v8: L1 70% busy at DRAM 43%, short
+// scoreboard the top stall). Loads walk running pointers (no per-stage address rebuild); A rows of
+// groups the adapter lacks are not loaded. The 4 k-partials are summed through shared memory once
+// per tile, and y is written (or atomically added, split) in 16-byte pieces.
+constexpr int kWkGroups = H::kWkMaxGroups;
+constexpr int kWkLdr = H::kWkLdr;  // reduction row stride (floats): float2 stores conflict-free
+template <int ST>
+constexpr int wk_smem_bytes() {
+  return (ST * 64 * 128 + ST * kWkGroups * 16 * 128) > 4 * 64 * kWkLdr * 4 ? ST * 64 * 128 + ST * kWkGroups * 16 * 128
+                                                                             : 4 * 64 * kWkLdr * 4;
+}
+
+template <class T, int ST>
+__device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* smem_raw, int entry, int tile,
+                                              int64_t kt0, int64_t kt1, bool split) {
+  constexpr int BM = 64, NGP = kWkGroups;
+  constexpr uint32_t XB = BM * 128, AB = NGP * 16 * 128;  // bytes per stage
+  const uint32_t s_x = smem_u32(smem_raw), s_a = s_x + ST * XB;
+  const TileRows tr = tile_rows(p, entry, tile, BM);
+  const int l = tr.l, rows = tr.rows, start = tr.start;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (l < 0) {
+    if (!split) zero_tile_columns(p, start, rows, 0);
+    return;
+  }
+  const int R = p.R;
+  const int r = min(p.ranks[l], R);
+  const int CA = (max(r, 0) + 15) >> 4;
+  const int NA = min(p.S * CA, NGP);  // the host takes this tile only for S * ceil(R/16) <= NGP
+  const int nkt = int(kt1 > kt0 ? kt1 - kt0 : 0);
+  if (NA > 0 && nkt > 0) {
+    // Loaders: thread tid copies chunk tid % 8 of x rows and A rows tid / 8 and tid / 8 + 32.
+    const int ch = tid & 7, lr = tid >> 3;
+    const char* X = static_cast<const char*>(p.x);
+    const char* gx[2];
+    const char* ga[2];
+    int64_t stx[2], sta[2];  // bytes per stage: 128 for real rows, 0 for rows read as zeros
+    int nx[2], na[2];
+    bool la[2];
+    uint32_t dx[2], da[2];
+    const int64_t koff = (kt0 * 64 + ch * 8) * int64_t(sizeof(T));
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = lr + 32 * i;
+      const bool okx = row < rows;
+      gx[i] = okx ? X + (int64_t(p.meta.sorted_token_ids[start + row]) * p.x_stride) * int64_t(sizeof(T)) + koff : X;
+      nx[i] = okx ? 16 : 0;
+      stx[i] = okx ? 128 : 0;
+      dx[i] = s_x + uint32_t(swz(row, ch)) * 16u;
+      const int gi = row >> 4;  // A row `row` = row row % 16 of group gi (warp-uniform)
+      la[i] = gi < NA;
+      int s = 0, j = 0;
+      if (la[i]) {
+        s = gi / CA;
+        j = (gi - s * CA) * 16 + (row & 15);
+      }
+      const bool oka = la[i] && j < r;
+      ga[i] = oka ? static_cast<const char*>(p.a[s]) + ((int64_t(l) * R + j) * p.K) * int64_t(sizeof(T)) + koff : X;
+      na[i] = oka ? 16 : 0;
+      sta[i] = oka ? 128 : 0;
+      da[i] = s_a + uint32_t(swz(row, ch)) * 16u;
+    }
+    int64_t kst = kt0 * 64;  // first k of the next stage to load
+    auto load_stage = [&](uint32_t stage) {
+      if (kst + 64 <= p.K) {  // whole stage in range (block-uniform)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) cp_async16(dx[i] + stage * XB, gx[i], nx[i]);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (la[i]) cp_async16(da[i] + stage * AB, ga[i], na[i]);
+      } else {  // last stage of a K % 64 != 0 row: chunks past K (K % 8 == 0) read as zeros, from no address past K
+        const bool kin = kst + ch * 8 < p.K;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) cp_async16(dx[i] + stage * XB, kin ? gx[i] : X, kin ? nx[i] : 0);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (la[i]) cp_async16(da[i] + stage * AB, kin ? ga[i] : X, kin ? na[i] : 0);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        gx[i] += stx[i];
+        ga[i] += sta[i];
+      }
+      kst += 64;
+    };
+
+    const int wk = warp & 3, wm = warp >> 2;
+    const uint32_t xo = s_x + uint32_t(swz(wm * 32 + (lane & 15), wk * 2 + (lane >> 4))) * 16u;
+    const int mi = lane >> 3;
+    const uint32_t ao = s_a + uint32_t(swz((mi >> 1) * 8 + (lane & 7), wk * 2 + (mi & 1))) * 16u;
+    float acc[2][NGP][2][4] = {};
+
+#pragma unroll
+    for (int st = 0; st < ST - 1; ++st) {
+      if (st < nkt) load_stage(uint32_t(st));
+      cp_async_commit();
+    }
+    uint32_t rd = 0, wr = ST - 1;
+    for (int it = 0; it < nkt; ++it) {
+      cp_async_wait<ST - 2>();
+      __syncthreads();
+      uint32_t af[2][4];
+      ldmatrix_x4(af[0], xo + rd * XB);
+      ldmatrix_x4(af[1], xo + rd * XB + 2048u);  // 16 rows on: same swizzle
+#pragma unroll
+      for (int g = 0; g < NGP; ++g) {
+        if (g < NA) {
+          uint32_t bf[4];
+          ldmatrix_x4(bf, ao + rd * AB + uint32_t(g) * 2048u);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            MmaOp<T>::run(acc[mt][g][0], af[mt], bf[0], bf[1]);
+            MmaOp<T>::run(acc[mt][g][1], af[mt], bf[2], bf[3]);
+          }
+        }
+      }
+      if (it + ST - 1 < nkt) load_stage(wr);
+      cp_async_commit();
+      rd = rd + 1 == ST ? 0 : rd + 1;
+      wr = wr + 1 == ST ? 0 : wr + 1;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages: the reduction reuses them
+
+    float* red = reinterpret_cast<float*>(smem_raw);  // [4 k16 steps][64 rows][kWkLdr]
+    {
+      const int g8 = lane >> 2, q = lane & 3;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int g = 0; g < NGP; ++g) {
+          if (g >= NA) continue;
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int row = wm * 32 + mt * 16 + g8 + 8 * hh, col = g * 16 + h * 8 + 2 * q;
+              *reinterpret_cast<float2*>(red + (wk * BM + row) * kWkLdr + col) =
+                  make_float2(acc[mt][g][h][2 * hh], acc[mt][g][h][2 * hh + 1]);
+            }
+        }
+    }
+    __syncthreads();
+    if (split) pdl_wait();  // y zeroed by the primary before any atomic
+    float* Y = static_cast<float*>(p.y);
+    const bool v4 = (R & 3) == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0;
+    const int per_row = NA * 4;  // 4-column pieces
+    for (int idx = tid; idx < rows * per_row; idx += H::kFusedThreads) {
+      const int row = idx / per_row, rem = idx - row * per_row, G = rem >> 2, c4 = (rem & 3) * 4;
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float4 t = *reinterpret_cast<const float4*>(red + (w * BM + row) * kWkLdr + G * 16 + c4);
+        v[0] += t.x; v[1] += t.y; v[2] += t.z; v[3] += t.w;
+      }
+      const int s = G / CA, j = (G - s * CA) * 16 + c4;
+      if (split && j >= r) continue;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = j + e < r ? v[e] * p.scale : 0.f;
+      float* yp = Y + (int64_t(s) * p.T + p.meta.sorted_token_ids[start + row]) * R + j;
+      if (v4) {
+        if (j >= R) continue;  // R % 4 == 0: the piece is wholly in or out
+        const float4 f = make_float4(v[0], v[1], v[2], v[3]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (split) atomicAdd(reinterpret_cast<float4*>(yp), f);
+        else *reinterpret_cast<float4*>(yp) = f;
+#else
+        if (split) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) atomicAdd(yp + e, v[e]);
+        } else {
+          *reinterpret_cast<float4*>(yp) = f;
+        }
+#endif
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (j + e >= R) break;
+          if (split) atomicAdd(yp + e, v[e]);
+          else yp[e] = v[e];
+        }
+      }
     }
   }
+  if (!split) zero_tile_columns(p, start, rows, nkt > 0 ? min(CA * 16, R) : 0);
 }
 
 // grid (tile bound, ksplit): block (x, y) = flat tile x (the -1 entry included) over k-range y.
@@ -492,8 +683,9 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
 // so the wave fits the real adapter sizes (the host knows only T and max_loras).
 // Blocks per SM: 3 where the stages fit three times (64 tokens, one group per warp: 64 KB), so the
 // registers are held to 85 there; 2 elsewhere (fused_config's `resident` assumes the same).
-template <class T, int NGW, int ST, int BM>
-__global__ void __launch_bounds__(H::kFusedThreads, (BM == 64 && NGW == 1) ? 3 : 2) shrink_fused_kernel(ShrinkParams p) {
+// WK: the warp-k tile (fused_tile_wk; NGW unused), 2 blocks per SM (its 64 accumulators).
+template <class T, int NGW, int ST, int BM, bool WK = false>
+__global__ void __launch_bounds__(H::kFusedThreads, (BM == 64 && NGW == 1 && !WK) ? 3 : 2) shrink_fused_kernel(ShrinkParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // add_lora_linear's expand may start (programmatic dependent) once every block of this grid has
   // started; it waits for this grid's completion before reading y.
@@ -533,7 +725,8 @@ __global__ void __launch_bounds__(H::kFusedThreads, (BM == 64 && NGW == 1) ? 3 :
       k1 = min(ktiles, k0 + p.ktiles_per_split);
       w = w1;
     }
-    fused_tile<T, NGW, ST, BM>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
+    if constexpr (WK) fused_tile_wk<T, ST>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
+    else fused_tile<T, NGW, ST, BM>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
     if (w < w1) __syncthreads();  // the next tile's prologue overwrites the stages
   }
 }
@@ -628,10 +821,10 @@ void launch_mma(const ShrinkParams& p, bool vec, cudaStream_t st) {
   }
 }
 
-template <class T, int NGW, int ST, int BM>
+template <class T, int NGW, int ST, int BM, bool WK = false>
 void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
   static bool attr = [&] {
-    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST, BM>,
+    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST, BM, WK>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)));
     return true;
   }();
@@ -643,15 +836,21 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
   PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
   // split-K: PDL secondary of the zero kernel
   if (c.stream_k)
-    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM>, dim3(unsigned(c.sk_blocks), 1, 1), dim3(H::kFusedThreads),
+    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM, WK>, dim3(unsigned(c.sk_blocks), 1, 1), dim3(H::kFusedThreads),
                   c.smem, st, true, q);
   else
-    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM>, dim3(unsigned(tiles), unsigned(c.ksplit), 1),
+    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM, WK>, dim3(unsigned(tiles), unsigned(c.ksplit), 1),
                   dim3(H::kFusedThreads), c.smem, st, c.ksplit > 1, q);
 }
 
 template <class T>
 void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
+  if (c.wk) {
+    static_assert(H::kWkStages == 4, "instantiated for 4 stages");
+    static_assert(wk_smem_bytes<H::kWkStages>() == H::kWkSmem, "heuristics' shared memory of the warp-k tile");
+    launch_fused_t<T, 1, H::kWkStages, 64, true>(p, c, st);
+    return;
+  }
   if (c.bm == 128) {
     if (c.ngw == 1) launch_fused_t<T, 1, 4, 128>(p, c, st);
     else if (c.ngw == 2) launch_fused_t<T, 2, 4, 128>(p, c, st);
@@ -685,12 +884,13 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;
   const bool bm128 = kind == K::fused128 || kind == K::fused128_sk;
   const bool sk = kind == K::fused_sk || kind == K::fused128_sk;
-  const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk ||
+  const bool as_auto = kind == K::automatic || kind == K::fused_wk;
+  const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk || kind == K::fused_wk ||
                           (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
   if (fused_ok && want_fused) {
     const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, num_sms_cached(),
-                                             kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, kind == K::automatic,
-                                             a.max_loras);
+                                             kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, as_auto,
+                                             a.max_loras, kind == K::fused_wk);
     if (c.ksplit > 1 || c.stream_k) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);
     else launch_fused<__half>(p, c, stream);

@@ -20,7 +20,9 @@ int shrink_partials_nsplit(int64_t K);
 // fused128 (experimental, not chosen automatically): the fused kernel with 128-token tiles for
 // adapters of at most 6 groups of 16 columns (otherwise the 64-token fused kernel).
 // fused_sk / fused128_sk: the same kernels as stream-K over one wave of resident blocks.
-enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk };
+// fused_wk: the automatic fused choice (split-K or stream-K as automatic would pick) with the warp-k
+// tile (shrink_heur::kWkMaxGroups) where the adapters have at most 4 groups of 16 columns, else fused.
+enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk };
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail
