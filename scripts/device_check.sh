@@ -8,15 +8,21 @@
 # full  : the full vLLM kernel grid checked (--sample-rows, 12 parallel shards -> check_vllm_grid.tgz),
 #         the model-shaped scenarios timed.
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), result JSON.
-# Binaries come from .carry/punica-bin.tgz or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
+# Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
 OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 # stage_device.sh ships the binaries as one tarball: unpack it once.
-if [ -z "${PUNICA_BIN:-}" ] && [ ! -d .carry/bin ] && [ -f .carry/punica-bin.tgz ]; then
-  tar -C .carry -xzf .carry/punica-bin.tgz || { echo "cannot unpack .carry/punica-bin.tgz" >&2; exit 2; }
+if [ -z "${PUNICA_BIN:-}" ] && [ ! -d .carry/bin ]; then
+  for tb in .carry/punica-bin.txz .carry/punica-bin.tgz; do
+    [ -f "$tb" ] || continue
+    tar -C .carry -xaf "$tb" 2>/dev/null ||
+      python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$tb" .carry ||
+      { echo "cannot unpack $tb" >&2; exit 2; }
+    break
+  done
 fi
 BIN=${PUNICA_BIN:-.carry/bin}
 PB=$BIN/punica-bench
