@@ -90,10 +90,12 @@ inline bool auto_stream_k(int64_t T, int64_t K, int64_t slots) {
 // stream_k: grid of sk_blocks resident blocks sharing the (tile, k-tile) iterations equally
 // (fused_config's `stream_k`); ksplit = 1 then, and y is zeroed first as for split-K.
 // Warp-k tile (ShrinkKernel::fused_wk): adapters of at most kWkMaxGroups groups of 16 columns over
-// all slices; 4 stages of 64 x-rows and 64 A-rows (64 KB) or the 4-way k reduction (72 KB), and
-// 2 blocks per SM (launch bounds: its 64 fp32 accumulators per thread).
+// all slices; 7 stages of 64 x-rows and 64 A-rows (112 KB: two blocks fill the SM's shared memory,
+// 6 stages of x in flight per block), reused for the 4-way k reduction (72 KB), and 2 blocks per SM
+// (launch bounds: its 64 fp32 accumulators per thread). With 4 stages (48 KB of x in flight per SM
+// against 72 KB for the 3 blocks of the 2 x 4 tile) it gained only 3-10% (NOTES v9).
 constexpr int kWkMaxGroups = 4;
-constexpr int kWkStages = 4;
+constexpr int kWkStages = 7;
 constexpr int kWkLdr = kWkMaxGroups * 16 + 8;
 constexpr std::size_t kWkSmem = std::max<std::size_t>(std::size_t(kWkStages) * (64 * 128 + kWkMaxGroups * 16 * 128),
                                                       std::size_t(4) * 64 * kWkLdr * 4);

@@ -846,7 +846,6 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
 template <class T>
 void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
   if (c.wk) {
-    static_assert(H::kWkStages == 4, "instantiated for 4 stages");
     static_assert(wk_smem_bytes<H::kWkStages>() == H::kWkSmem, "heuristics' shared memory of the warp-k tile");
     launch_fused_t<T, 1, H::kWkStages, 64, true>(p, c, st);
     return;
