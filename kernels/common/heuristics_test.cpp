@@ -34,6 +34,23 @@ TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
   EXPECT_EQ(shrink_heur::fused_config(8192, 4096, 3, 32, 132, true, 128).ngw, 3);
 }
 
+// The warp-k tile (NOTES v9): automatic for 2-4 column groups with stream-K's long ranges (2 blocks
+// per SM, 112 KB of stages); never for one group, 12 groups or T=2048.
+TEST(ShrinkHeuristics, WarpKTile) {
+  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 3, 16, 132));   // qkv r=16
+  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 2, 16, 132));   // gate_up r=16
+  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 1, 64, 132));
+  EXPECT_FALSE(shrink_heur::auto_wk(8192, 8192, 1, 16, 132));  // one group
+  EXPECT_FALSE(shrink_heur::auto_wk(8192, 4096, 3, 64, 132));  // 12 groups
+  EXPECT_FALSE(shrink_heur::auto_wk(2048, 4096, 3, 16, 132));
+  const auto c = shrink_heur::fused_config(8192, 4096, 3, 16, 132, true, shrink_heur::kFusedBM, false, true, 8, true);
+  EXPECT_TRUE(c.wk);
+  EXPECT_TRUE(c.stream_k);
+  EXPECT_EQ(c.sk_blocks, 2 * 132);
+  EXPECT_EQ(c.smem, std::size_t(7) * (64 * 128 + 4 * 16 * 128));
+  EXPECT_FALSE(shrink_heur::fused_config(8192, 4096, 3, 64, 132, true, shrink_heur::kFusedBM, false, true, 8, true).wk);
+}
+
 // Stream-K on the automatic path from >= 16 k-tiles per resident block (NOTES v6): T=8192 H=4096
 // (128 tiles x 64 k-tiles over 396 or 264 slots) yes, T=2048 or T=4096 with 2 blocks per SM no.
 TEST(ShrinkHeuristics, StreamKFromLongRanges) {

@@ -84,16 +84,11 @@ inline bool auto_stream_k(int64_t T, int64_t K, int64_t slots) {
   return slots > 0 && tiles * ktiles >= kStreamKMinAutoIters * slots;
 }
 
-// Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per
-// pass from the static padded rank, pipeline depth from the shared memory per stage (two blocks
-// per SM), and split-K (y zeroed first, atomics) when the token tiles fill fewer than ~3 blocks per SM.
-// stream_k: grid of sk_blocks resident blocks sharing the (tile, k-tile) iterations equally
-// (fused_config's `stream_k`); ksplit = 1 then, and y is zeroed first as for split-K.
 // Warp-k tile (ShrinkKernel::fused_wk): adapters of at most kWkMaxGroups groups of 16 columns over
 // all slices; 7 stages of 64 x-rows and 64 A-rows (112 KB: two blocks fill the SM's shared memory,
 // 6 stages of x in flight per block), reused for the 4-way k reduction (72 KB), and 2 blocks per SM
-// (launch bounds: its 64 fp32 accumulators per thread). With 4 stages (48 KB of x in flight per SM
-// against 72 KB for the 3 blocks of the 2 x 4 tile) it gained only 3-10% (NOTES v9).
+// (launch bounds: its 64 fp32 accumulators per thread). 4 stages measured the same within run-to-run
+// noise (NOTES v9): bytes in flight do not bound it.
 constexpr int kWkMaxGroups = 4;
 constexpr int kWkStages = 7;
 constexpr int kWkLdr = kWkMaxGroups * 16 + 8;
@@ -101,6 +96,23 @@ constexpr std::size_t kWkSmem = std::max<std::size_t>(std::size_t(kWkStages) * (
                                                       std::size_t(4) * 64 * kWkLdr * 4);
 inline bool wk_fits(int S, int max_rank) { return S * ((max_rank + 15) / 16) <= kWkMaxGroups; }
 
+// The warp-k tile on the automatic path: adapters of 2 to 4 column groups over all slices (qkv r=16,
+// gate_up r=16, one slice r=64) where stream-K takes long ranges (auto_stream_k, with its 2 blocks
+// per SM). Measured on the H200 (LoraShrinkPerf, NOTES v9, back to back, two runs): T=8192 H=4096
+// qkv r=16 26.5-26.7 against 28.0 us, gate_up r=16 with 25% of tokens without an adapter 22.2-22.6
+// against 24.1, one slice r=64 27.7-28.2 against 30.2, T=16384 qkv r=16 43.6-45.7 against 48.0.
+// Not for one group (T=8192 H=8192 r=16: 40.4-42.8 against 39.8) nor shorter ranges (T=2048
+// qkv r=16: 15.2-15.9 against 12.6, its 4-way k reduction and 2 blocks per SM over 8 k-tiles).
+inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
+  const int ng = S * ((max_rank + 15) / 16);
+  return ng >= 2 && ng <= kWkMaxGroups && auto_stream_k(T, K, 2 * int64_t(num_sms));
+}
+
+// Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per
+// pass from the static padded rank, pipeline depth from the shared memory per stage (two blocks
+// per SM), and split-K (y zeroed first, atomics) when the token tiles fill fewer than ~3 blocks per SM.
+// stream_k: grid of sk_blocks resident blocks sharing the (tile, k-tile) iterations equally
+// (fused_config's `stream_k`); ksplit = 1 then, and y is zeroed first as for split-K.
 struct FusedConfig {
   int bm = kFusedBM, ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1;
   bool wk = false;

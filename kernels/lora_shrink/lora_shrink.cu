@@ -889,7 +889,10 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   if (fused_ok && want_fused) {
     const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, num_sms_cached(),
                                              kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, as_auto,
-                                             a.max_loras, kind == K::fused_wk);
+                                             a.max_loras,
+                                             kind == K::fused_wk ||
+                                                 (kind == K::automatic && H::auto_wk(a.num_tokens, a.hidden, a.num_slices,
+                                                                                     a.max_rank, num_sms_cached())));
     if (c.ksplit > 1 || c.stream_k) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);
     else launch_fused<__half>(p, c, stream);

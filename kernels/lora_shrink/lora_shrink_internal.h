@@ -20,8 +20,9 @@ int shrink_partials_nsplit(int64_t K);
 // fused128 (experimental, not chosen automatically): the fused kernel with 128-token tiles for
 // adapters of at most 6 groups of 16 columns (otherwise the 64-token fused kernel).
 // fused_sk / fused128_sk: the same kernels as stream-K over one wave of resident blocks.
-// fused_wk: the automatic fused choice (split-K or stream-K as automatic would pick) with the warp-k
-// tile (shrink_heur::kWkMaxGroups) where the adapters have at most 4 groups of 16 columns, else fused.
+// fused_wk: the fused kernel with automatic's split-K / stream-K choice and the warp-k tile
+// wherever the adapters have at most 4 groups of 16 columns (automatic takes it only where
+// shrink_heur::auto_wk says), else the 2 x 4 tile.
 enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk };
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 
