@@ -161,6 +161,15 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(512, 64, 0), K::automatic), K::mma_stream);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(1024, 64, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(512, 16, 0), K::automatic), K::mma_pipe);
+  // After add_lora_linear's shrink the pipelined kernel (the programmatic dependent) from 16 tokens
+  // per adapter (NOTES v9): T=256 with 8 adapters yes, with 32 the streaming kernel.
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(256, 64, 0), K::automatic, true), K::mma_pipe);
+  auto many = expand_args(256, 64, 0);
+  many.max_loras = 32;
+  EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic, true), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic), K::mma_stream);
+  many.num_tokens = 1024;  // past the streaming kernel's range
+  EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic, true), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8, 64, 0), K::mma_pipe), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 12, 0), K::automatic), K::automatic);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 12, 0), K::automatic), K::automatic);

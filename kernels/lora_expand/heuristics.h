@@ -59,6 +59,16 @@ inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
 // 23.8 against 34.4; T=512: 25.0 against 26.0; from T=1024 not (32 adapters: 33.4 against 31.0).
 constexpr int64_t kStreamMaxTokens = 512;
 inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxTokens && max_rank > 16; }
+// After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
+// shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with
+// under 16 tokens per adapter. Measured (bench_lora_ops, back to back, streaming at git 3f6770a
+// against pipelined at 29a41fe and d79c88a), T=256 r=64: one adapter 15.6 against 13.4 us, 8 adapters
+// 17.9 against 16.9 (H=8192: 22.4 against 22.8), 32 adapters 31.8 against 37.4 (qkv: 50.8 against
+// 56.5; H=8192: 48.4 against 48.7).
+constexpr int64_t kPipeAfterShrinkMinTokensPerLora = 16;
+inline bool prefer_stream_after_shrink(int64_t T, int max_rank, int64_t max_loras) {
+  return prefer_stream(T, max_rank) && T < kPipeAfterShrinkMinTokensPerLora * max_loras;
+}
 
 // Decode kernel (expand_decode.cu, every shape the mma kernels do not take): 4 warps per block;
 // tokens of one adapter sharing a block's B loads; above 512 the rank is refused.

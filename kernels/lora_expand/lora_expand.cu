@@ -437,10 +437,11 @@ detail::ExpandPrefillKernel choose_prefill(const LoraExpandArgs& a, const Expand
                    a.num_tokens > H::kDecodeMaxTokens;
   if (!mma) return K::automatic;
   if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
-  // After add_lora_linear's shrink (pdl) the pipelined kernel stays: its y and B loads overlap
-  // the shrink's tail, which the streaming kernel's launch does not (T=256 r=64, one adapter:
-  // 15.6 us with the streaming kernel against 13.5 back to back, git 3f6770a against 31924f2).
-  const bool pipe_ok = which != K::mma_stream && !(which == K::automatic && !pdl && H::prefer_stream(a.num_tokens, a.max_rank));
+  // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
+  // overlap the shrink's tail (H::prefer_stream_after_shrink).
+  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, a.max_loras)
+                                                    : H::prefer_stream(a.num_tokens, a.max_rank));
+  const bool pipe_ok = which != K::mma_stream && !stream;
   return pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream;
 }
 
@@ -536,10 +537,10 @@ void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t strea
   launch_with(a, ExpandPrefillKernel::automatic, stream, true);
 }
 
-ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which) {
+ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which, bool after_shrink) {
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  return choose_prefill(a, p, which, false);
+  return choose_prefill(a, p, which, after_shrink);
 }
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,

@@ -21,8 +21,10 @@ void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which,
 // be complete when the shrink starts (true: the shrink's first kernel is an ordinary launch).
 void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t stream);
 
-// The prefill kernel that launch_lora_expand_with(a, which) runs (automatic = not a prefill kernel).
-ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which);
+// The prefill kernel that launch_lora_expand_with(a, which) runs (automatic = not a prefill kernel);
+// after_shrink: the one launch_lora_expand_after_shrink(a) runs.
+ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which,
+                                          bool after_shrink = false);
 
 // The pipelined prefill kernel alone (add_lora_embedding, add_lora_logits): runs only where its
 // preconditions hold (one slice, 16-bit B / y, max_rank <= 64 and % 8, prefill-sized T, 16-byte

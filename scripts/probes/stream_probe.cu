@@ -100,6 +100,48 @@ __global__ void __launch_bounds__(256) read_tile_a(const uint4* __restrict__ p, 
   if (acc == 0x12345678u) out[0] = 1.f;
 }
 
+// The prefill shrink's load structure without its math: a block owns 64 rows and a contiguous
+// range of 128-byte steps of them (K split `ksplit` ways, as the split-K / stream-K grids do); each
+// step is one 8 KB stage written by cp.async (two 16-byte copies per thread) into a ring of ST
+// stages, waited for with cp.async.wait_group ST-2 and then either a block barrier (SYNC, as the
+// kernel must: a thread reads chunks other threads copied) or nothing (every thread reads only its
+// own chunk), and consumed by one 16-byte shared load per thread. Blocks per SM are set by the
+// dynamic shared memory the launch asks for.
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+}
+template <int ST, bool SYNC>
+__global__ void __launch_bounds__(256) read_pipe(const uint4* __restrict__ p, int row16, int ksplit, float* out) {
+  extern __shared__ uint4 sm[];  // [ST][512]
+  const int tile = blockIdx.x / ksplit, ks = blockIdx.x % ksplit;
+  const int per = (row16 / 8) / ksplit, s0 = ks * per;
+  const int tid = threadIdx.x, ch = tid & 7, lr = tid >> 3;
+  const uint4* a0 = p + size_t(tile * 64 + lr) * row16 + ch + size_t(s0) * 8;
+  const uint4* a1 = a0 + size_t(32) * row16;
+  auto load = [&](int st, int s) {
+    cp16(sm + st * 512 + tid, a0 + size_t(s) * 8);
+    cp16(sm + st * 512 + 256 + tid, a1 + size_t(s) * 8);
+  };
+#pragma unroll
+  for (int st = 0; st < ST - 1; ++st) {
+    if (st < per) load(st, st);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  uint32_t acc = 0;
+  for (int it = 0; it < per; ++it) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 2) : "memory");
+    if (SYNC) __syncthreads();
+    const int st = it % ST;
+    const uint4 v = sm[st * 512 + (SYNC ? (tid * 37) & 511 : tid)];
+    acc ^= v.x ^ v.w;
+    if (it + ST - 1 < per) load((it + ST - 1) % ST, it + ST - 1);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  if (acc == 0x12345678u) out[0] = 1.f;
+}
+
 static double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -154,6 +196,7 @@ static void time_it(const char* name, double bytes, const std::function<void(int
 int main() {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaStream_t& st_ = st;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   float* out;
@@ -209,6 +252,30 @@ int main() {
     run("tile64+A48 64MB split4", read_tile_a<48>);
     run("tile64+A64 64MB split4", read_tile_a<64>);
     CK(cudaFree(abuf));
+  }
+  {  // the cp.async stage ring alone (64 MB of x: 128 tiles of 64 rows x 8 KB)
+    const size_t n = size_t(64) << 20;
+    const int copies = int(pool / n), row16 = 8192 / 16, tiles = int(n / 8192) / 64;
+    auto run = [&](const char* what, auto kern, int st, int bps, int ksplit) {
+      const int smem = std::max(st * 8192, (227 * 1024) / bps - 1024);
+      CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      const double bytes = double(tiles) * ksplit * ((row16 / 8) / ksplit) * 64 * 128;
+      char name[64];
+      std::snprintf(name, sizeof name, "pipe %s ST=%d %d/SM split%d", what, st, bps, ksplit);
+      time_it(name, bytes, [&](int i, cudaStream_t s) {
+        kern<<<tiles * ksplit, 256, smem, s>>>(reinterpret_cast<const uint4*>(buf + size_t(i % copies) * n), row16, ksplit,
+                                               out);
+      }, st_);
+    };
+    for (int bps : {2, 3}) {
+      const int ks = bps == 2 ? 2 : 3;
+      run("sync", read_pipe<4, true>, 4, bps, ks);
+      run("nosync", read_pipe<4, false>, 4, bps, ks);
+      run("sync", read_pipe<7, true>, 7, bps, ks);
+      run("nosync", read_pipe<7, false>, 7, bps, ks);
+    }
+    run("sync", read_pipe<4, true>, 4, 4, 4);
+    run("nosync", read_pipe<4, false>, 4, 4, 4);
   }
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
