@@ -306,16 +306,6 @@ __global__ void __launch_bounds__(256) shrink_zero_kernel(float* y, int64_t n) {
   }
 }
 
-// grid (tile bound, ksplit). Block = 64 tokens of one adapter entry x EVERY output column of every
-// slice: the adapter's S * ceil(r/16) groups of 16 rank columns are computed in passes of
-// NGP = 4 * NGW groups, so for S * r <= 64 * NGW the x tile streams from HBM once. 8 warps:
-// 2 (32 tokens each) x 4 (group g of the pass goes to warp g % 4). Without split-K (gridDim.y == 1)
-// the block writes every y element of its tokens (values, zeros past the true rank, zero rows for
-// the -1 entry): no memset. With split-K, y was zeroed first (PDL primary) and partial sums are
-// atomically added.
-// BM = 128 (experimental, ShrinkKernel::fused128): 4 (tokens) x 2 (column groups) warps, so each
-// A stage serves twice the tokens (half the A traffic from L2 per x byte) and each stage moves
-// 16 KB of x.
 // Stores zeros into columns [c0, R) of every slice of y for the `rows` sorted tokens from `start`
 // (the -1 entry's rows, and the columns past an adapter's computed groups). Whole block.
 __device__ __forceinline__ void zero_tile_columns(const ShrinkParams& p, int start, int rows, int c0) {
@@ -338,6 +328,16 @@ __device__ __forceinline__ TileRows tile_rows(const ShrinkParams& p, int entry, 
           p.meta.lora_token_start_loc[entry] + m0};
 }
 
+// grid (tile bound, ksplit). Block = 64 tokens of one adapter entry x EVERY output column of every
+// slice: the adapter's S * ceil(r/16) groups of 16 rank columns are computed in passes of
+// NGP = 4 * NGW groups, so for S * r <= 64 * NGW the x tile streams from HBM once. 8 warps:
+// 2 (32 tokens each) x 4 (group g of the pass goes to warp g % 4). Without split-K (gridDim.y == 1)
+// the block writes every y element of its tokens (values, zeros past the true rank, zero rows for
+// the -1 entry): no memset. With split-K, y was zeroed first (PDL primary) and partial sums are
+// atomically added.
+// BM = 128 (experimental, ShrinkKernel::fused128): 4 (tokens) x 2 (column groups) warps, so each
+// A stage serves twice the tokens (half the A traffic from L2 per x byte) and each stage moves
+// 16 KB of x.
 // One (entry, tile) of the fused kernel over k-tiles [kt0, kt1): split = partial sums added
 // atomically into the zeroed y; otherwise every y element of the tile's tokens is stored.
 template <class T, int NGW, int ST, int BM>
