@@ -100,8 +100,8 @@ inline bool wk_fits(int S, int max_rank) { return S * ((max_rank + 15) / 16) <= 
 // gate_up r=16, one slice r=64) where stream-K takes long ranges (auto_stream_k, with its 2 blocks
 // per SM). Measured on the H200 (LoraShrinkPerf, NOTES v9, back to back, two runs): T=8192 H=4096
 // qkv r=16 26.5-26.7 against 28.0 us, gate_up r=16 with 25% of tokens without an adapter 22.2-22.6
-// against 24.1, one slice r=64 27.7-28.2 against 30.2, T=16384 qkv r=16 43.6-45.7 against 48.0.
-// Not for one group (T=8192 H=8192 r=16: 40.4-42.8 against 39.8) nor shorter ranges (T=2048
+// against 24.1-24.4, one slice r=64 27.7-28.2 against 30.2, T=16384 qkv r=16 43.6-45.7 against 48.0.
+// Not for one group (T=8192 H=8192 r=16: 40.4-42.8 against 39.8-40.9) nor shorter ranges (T=2048
 // qkv r=16: 15.2-15.9 against 12.6, its 4-way k reduction and 2 blocks per SM over 8 k-tiles).
 inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
   const int ng = S * ((max_rank + 15) / 16);
