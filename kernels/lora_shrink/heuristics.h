@@ -104,8 +104,7 @@ inline bool wk_fits(int S, int max_rank) { return S * ((max_rank + 15) / 16) <= 
 // Not for one group (T=8192 H=8192 r=16: 40.4-42.8 against 39.8-40.9) nor shorter ranges (T=2048
 // qkv r=16: 15.2-15.9 against 12.6, its 4-way k reduction and 2 blocks per SM over 8 k-tiles).
 inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
-  const int ng = S * ((max_rank + 15) / 16);
-  return ng >= 2 && ng <= kWkMaxGroups && auto_stream_k(T, K, 2 * int64_t(num_sms));
+  return S * ((max_rank + 15) / 16) >= 2 && wk_fits(S, max_rank) && auto_stream_k(T, K, 2 * int64_t(num_sms));
 }
 
 // Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per

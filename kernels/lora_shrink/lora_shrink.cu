@@ -492,17 +492,13 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
 // per tile, and y is written (or atomically added, split) in 16-byte pieces.
 constexpr int kWkGroups = H::kWkMaxGroups;
 constexpr int kWkLdr = H::kWkLdr;  // reduction row stride (floats): float2 stores conflict-free
-template <int ST>
-constexpr int wk_smem_bytes() {
-  return (ST * 64 * 128 + ST * kWkGroups * 16 * 128) > 4 * 64 * kWkLdr * 4 ? ST * 64 * 128 + ST * kWkGroups * 16 * 128
-                                                                             : 4 * 64 * kWkLdr * 4;
-}
-
 template <class T, int ST>
 __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* smem_raw, int entry, int tile,
                                               int64_t kt0, int64_t kt1, bool split) {
   constexpr int BM = 64, NGP = kWkGroups;
   constexpr uint32_t XB = BM * 128, AB = NGP * 16 * 128;  // bytes per stage
+  static_assert(std::size_t(ST) * (XB + AB) <= H::kWkSmem && std::size_t(4) * BM * kWkLdr * 4 <= H::kWkSmem,
+                "the launch's shared memory (heuristics.h) holds the stages and the k reduction");
   const uint32_t s_x = smem_u32(smem_raw), s_a = s_x + ST * XB;
   const TileRows tr = tile_rows(p, entry, tile, BM);
   const int l = tr.l, rows = tr.rows, start = tr.start;
@@ -846,7 +842,6 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
 template <class T>
 void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
   if (c.wk) {
-    static_assert(wk_smem_bytes<H::kWkStages>() == H::kWkSmem, "heuristics' shared memory of the warp-k tile");
     launch_fused_t<T, 1, H::kWkStages, 64, true>(p, c, st);
     return;
   }

@@ -196,7 +196,6 @@ static void time_it(const char* name, double bytes, const std::function<void(int
 int main() {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaStream_t& st_ = st;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   float* out;
@@ -256,16 +255,16 @@ int main() {
   {  // the cp.async stage ring alone (64 MB of x: 128 tiles of 64 rows x 8 KB)
     const size_t n = size_t(64) << 20;
     const int copies = int(pool / n), row16 = 8192 / 16, tiles = int(n / 8192) / 64;
-    auto run = [&](const char* what, auto kern, int st, int bps, int ksplit) {
-      const int smem = std::max(st * 8192, (227 * 1024) / bps - 1024);
+    auto run = [&](const char* what, auto kern, int stages, int bps, int ksplit) {
+      const int smem = std::max(stages * 8192, (227 * 1024) / bps - 1024);
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       const double bytes = double(tiles) * ksplit * ((row16 / 8) / ksplit) * 64 * 128;
       char name[64];
-      std::snprintf(name, sizeof name, "pipe %s ST=%d %d/SM split%d", what, st, bps, ksplit);
+      std::snprintf(name, sizeof name, "pipe %s ST=%d %d/SM split%d", what, stages, bps, ksplit);
       time_it(name, bytes, [&](int i, cudaStream_t s) {
         kern<<<tiles * ksplit, 256, smem, s>>>(reinterpret_cast<const uint4*>(buf + size_t(i % copies) * n), row16, ksplit,
                                                out);
-      }, st_);
+      }, st);
     };
     for (int bps : {2, 3}) {
       const int ks = bps == 2 ? 2 : 3;
