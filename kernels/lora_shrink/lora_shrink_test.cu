@@ -166,7 +166,7 @@ TEST(LoraShrink, AllTokensNone) {
 // Every kernel choice on the prefill / decode shapes (fused with and without split-K, legacy).
 TEST(LoraShrink, KernelVariants) {
   using K = detail::ShrinkKernel;
-  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk}) {
+  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk, K::fused_wg}) {
     for (int T : {1, 7, 300}) {
       ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
       c.kernel = k;
@@ -245,6 +245,30 @@ TEST(LoraShrink, WarpKTile) {
   wk(none);
 }
 
+// The wgmma tile (experimental, 128 tokens; N = 16 * S * ceil(R/16) of 32, 48, 64 or 192): split-K,
+// stream-K (T=8000), no split (K=192), a K % 64 tail, R = 10 (columns past R in the last group),
+// mixed true ranks with NaN padding, every token without an adapter.
+TEST(LoraShrink, WgmmaTile) {
+  using K = detail::ShrinkKernel;
+  auto wg = [](ShrinkCase c) {
+    c.kernel = K::fused_wg;
+    c.nan_pad = !c.all_none;
+    run_case(c);
+  };
+  wg({DType::bf16, DType::f32, 300, 4096, 3, {16, 8, 0, 13, 1}});   // N = 48
+  wg({DType::f16, DType::f32, 300, 192, 3, {16, 8, 0, 13, 1}});
+  wg({DType::bf16, DType::f32, 300, 192, 2, {16, 5, 0}});           // N = 32
+  wg({DType::bf16, DType::f32, 1000, 4104, 1, {64, 33, 0, 7}});     // N = 64
+  wg({DType::bf16, DType::f32, 500, 4096, 3, {64, 40, 0, 17}});     // N = 192
+  wg({DType::bf16, DType::f32, 300, 4096, 3, {10, 3, 0}});          // R = 10
+  std::vector<int> r16;
+  for (int l = 0; l < 32; ++l) r16.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
+  wg({DType::bf16, DType::f32, 8000, 4096, 3, r16});
+  ShrinkCase none{DType::bf16, DType::f32, 200, 4096, 2, {16, 8}};
+  none.all_none = true;
+  wg(none);
+}
+
 // ---- perf: cold (256 MiB L2 flush before each launch) and back to back in a CUDA graph.
 // none_pct: that share of the tokens has no adapter (the layer scenarios use 25).
 void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
@@ -267,7 +291,7 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
   const std::pair<K, const char*> ks[] = {{K::legacy, "legacy"}, {K::automatic, "auto"}, {K::fused, "fused"},
                                           {K::fused_nosplit, "fused_nosplit"}, {K::fused128, "fused128"},
                                           {K::fused_sk, "fused_sk"}, {K::fused128_sk, "fused128_sk"},
-                                          {K::fused_wk, "fused_wk"}};
+                                          {K::fused_wk, "fused_wk"}, {K::fused_wg, "fused_wg"}};
   char prefix[96];
   std::snprintf(prefix, sizeof prefix, "SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d none=%2d%%", T, (long long)H, R, L, S,
                 none_pct);
