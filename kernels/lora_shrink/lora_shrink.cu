@@ -764,6 +764,7 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
       cp_async_wait<ST - 2>();
       wg::fence_proxy_async();
       __syncthreads();  // stage rd complete for every thread; every wgmma of stage wr (it - 1) done
+      wg::fence_operands(acc);
       wg::fence();
       const uint64_t so = uint64_t((rd * SB) >> 4);
 #pragma unroll
@@ -772,6 +773,7 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
       if (it + ST - 1 < nkt) load_stage(wr);  // overlaps the wgmmas
       cp_async_commit();
       wg::wait<0>();
+      wg::fence_operands(acc);
       rd = rd + 1 == ST ? 0 : rd + 1;
       wr = wr + 1 == ST ? 0 : wr + 1;
     }

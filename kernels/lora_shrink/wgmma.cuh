@@ -21,6 +21,12 @@ __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync
 template <int N> __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Pins the accumulators in place around wgmma issue and wait: the asm statements above carry no
+// register dependency on them, so without this the compiler could move their reads or writes across.
+template <int M> __device__ __forceinline__ void fence_operands(float (&d)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 // cp.async (generic proxy) writes made visible to wgmma's reads (async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
