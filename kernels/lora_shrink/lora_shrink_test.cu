@@ -7,7 +7,9 @@
 #include "kernels/lora_shrink/lora_shrink_internal.h"
 #include <cstdio>
 #include <numeric>
+#include "kernels/lora_shrink/lora_device.cuh"
 #include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/lora_shrink/wgmma.cuh"
 #include "reference/lora_reference.h"
 
 namespace punica::kernels {
@@ -243,6 +245,57 @@ TEST(LoraShrink, WarpKTile) {
   ShrinkCase none{DType::bf16, DType::f32, 200, 4096, 2, {16, 8}};
   none.all_none = true;
   wk(none);
+}
+
+// One 64-wide stage of one warpgroup through wg::Mma<bf16, 48> on tiles written in the swz() layout:
+// d[64][48] = x[64][64] * a[48][64]^T, stored by the accumulator layout the shrink tile assumes.
+// Pins the descriptor fields and the fragment layout apart from the pipeline.
+__global__ void wgmma_unit_kernel(const __nv_bfloat16* x, const __nv_bfloat16* a, float* d) {
+  __shared__ __align__(128) uint8_t raw[64 * 128 + 48 * 128 + 1024];
+  const uint32_t base = (lora_dev::smem_u32(raw) + 1023u) & ~1023u;
+  uint8_t* sm = raw + (base - lora_dev::smem_u32(raw));
+  const int tid = threadIdx.x;
+  for (int c = tid; c < 64 * 8; c += 128)
+    *reinterpret_cast<uint4*>(sm + lora_dev::swz(c / 8, c % 8) * 16) = *reinterpret_cast<const uint4*>(x + c * 8);
+  for (int c = tid; c < 48 * 8; c += 128)
+    *reinterpret_cast<uint4*>(sm + 8192 + lora_dev::swz(c / 8, c % 8) * 16) = *reinterpret_cast<const uint4*>(a + c * 8);
+  wg::fence_proxy_async();
+  __syncthreads();
+  float acc[24] = {};
+  wg::fence_operands(acc);
+  wg::fence();
+  const uint64_t dx = wg::desc_k128(base), da = wg::desc_k128(base + 8192);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wg::Mma<__nv_bfloat16, 48>::run(acc, dx + 2 * kk, da + 2 * kk);
+  wg::commit();
+  wg::wait<0>();
+  wg::fence_operands(acc);
+  const int w = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int i = 0; i < 24; ++i) {
+    const int row = 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    d[row * 48 + col] = acc[i];
+  }
+}
+
+TEST(LoraShrink, WgmmaUnit) {
+  HostTensor x = random_tensor(DType::bf16, 64 * 64, 7), a = random_tensor(DType::bf16, 48 * 64, 8);
+  DeviceBuffer dx = to_device(x), da = to_device(a), dd(64 * 48 * 4);
+  PUNICA_CUDA_CHECK(cudaMemset(dd.get(), 0xff, 64 * 48 * 4));  // NaN poison
+  wgmma_unit_kernel<<<1, 128>>>(dx.as<__nv_bfloat16>(), da.as<__nv_bfloat16>(), dd.as<float>());
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> d(64 * 48);
+  dd.download(d.data(), d.size() * 4);
+  int bad = 0;
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 48; ++n) {
+      double ref = 0;
+      for (int k = 0; k < 64; ++k) ref += double(x.get(m * 64 + k)) * double(a.get(n * 64 + k));
+      const float got = d[m * 48 + n];
+      if (!(std::fabs(got - ref) <= 1e-3 + 1e-3 * std::fabs(ref)) && bad++ < 8)
+        ADD_FAILURE() << "d[" << m << "][" << n << "] = " << got << ", expected " << ref;
+    }
+  EXPECT_EQ(bad, 0);
 }
 
 // The wgmma tile (experimental, 128 tokens; N = 16 * S * ceil(R/16) of 32, 48, 64 or 192): split-K,
