@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <cmath>
 #include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_shrink/heuristics.h"
 #include "kernels/lora_shrink/lora_shrink_internal.h"
 #include <cstdio>
 #include <numeric>
@@ -251,6 +252,9 @@ TEST(LoraShrink, WarpKTile) {
 // d[64][48] = x[64][64] * a[48][64]^T, stored by the accumulator layout the shrink tile assumes.
 // Pins the descriptor fields and the fragment layout apart from the pipeline.
 __global__ void wgmma_unit_kernel(const __nv_bfloat16* x, const __nv_bfloat16* a, float* d) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // sm_90a only (the test skips elsewhere)
+#else
   __shared__ __align__(128) uint8_t raw[64 * 128 + 48 * 128 + 1024];
   const uint32_t base = (lora_dev::smem_u32(raw) + 1023u) & ~1023u;
   uint8_t* sm = raw + (base - lora_dev::smem_u32(raw));
@@ -276,9 +280,11 @@ __global__ void wgmma_unit_kernel(const __nv_bfloat16* x, const __nv_bfloat16* a
     const int row = 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
     d[row * 48 + col] = acc[i];
   }
+#endif
 }
 
 TEST(LoraShrink, WgmmaUnit) {
+  if (!detail::wgmma_available()) GTEST_SKIP() << "needs an sm_90 device and sm_90a code";
   HostTensor x = random_tensor(DType::bf16, 64 * 64, 7), a = random_tensor(DType::bf16, 48 * 64, 8);
   DeviceBuffer dx = to_device(x), da = to_device(a), dd(64 * 48 * 4);
   PUNICA_CUDA_CHECK(cudaMemset(dd.get(), 0xff, 64 * 48 * 4));  // NaN poison
@@ -314,12 +320,21 @@ TEST(LoraShrink, WgmmaTile) {
   wg({DType::bf16, DType::f32, 1000, 4104, 1, {64, 33, 0, 7}});     // N = 64
   wg({DType::bf16, DType::f32, 500, 4096, 3, {64, 40, 0, 17}});     // N = 192
   wg({DType::bf16, DType::f32, 300, 4096, 3, {10, 3, 0}});          // R = 10
+  wg({DType::bf16, DType::f32, 300, 4096, 3, {13, 5, 0}});          // R = 13: odd, scalar stores and atomics
+  wg({DType::f16, DType::f32, 1000, 192, 3, {13, 5, 0}});           // odd R, no split
   std::vector<int> r16;
   for (int l = 0; l < 32; ++l) r16.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
   wg({DType::bf16, DType::f32, 8000, 4096, 3, r16});
   ShrinkCase none{DType::bf16, DType::f32, 200, 4096, 2, {16, 8}};
   none.all_none = true;
   wg(none);
+  // the automatic path where shrink_heur::auto_wg takes the tile (qkv r=16 and r=64, 4 adapters)
+  ASSERT_TRUE(shrink_heur::auto_wg(4096, 3, 16, 4) && shrink_heur::auto_wg(4096, 3, 64, 4));
+  for (int R : {16, 64}) {
+    ShrinkCase a{DType::bf16, DType::f32, 4096, 4096, 3, {R, R / 2, 0, 3}};
+    a.nan_pad = true;
+    run_case(a);
+  }
 }
 
 // ---- perf: cold (256 MiB L2 flush before each launch) and back to back in a CUDA graph.
