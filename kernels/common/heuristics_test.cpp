@@ -34,6 +34,30 @@ TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
   EXPECT_EQ(shrink_heur::fused_config(8192, 4096, 3, 32, 132, true, 128).ngw, 3);
 }
 
+// The wgmma tile (NOTES v10): N = 16 * S * ceil(R/16) of 32, 48, 64 or 192, at least 256 tokens per
+// adapter; N = 192 wherever that holds, N = 32/48 from T=4096, N = 64 up to T=1024.
+TEST(ShrinkHeuristics, WgmmaTile) {
+  EXPECT_TRUE(shrink_heur::auto_wg(8192, 3, 16, 8));    // qkv r=16 (N = 48)
+  EXPECT_TRUE(shrink_heur::auto_wg(8192, 2, 16, 8));    // gate_up r=16 (N = 32)
+  EXPECT_TRUE(shrink_heur::auto_wg(8192, 3, 64, 32));   // qkv r=64 (N = 192), 256 tokens per adapter
+  EXPECT_TRUE(shrink_heur::auto_wg(512, 3, 64, 1));
+  EXPECT_TRUE(shrink_heur::auto_wg(1024, 1, 64, 1));    // N = 64
+  EXPECT_FALSE(shrink_heur::auto_wg(8192, 1, 64, 8));   // N = 64 at T=8192: the warp-k tile
+  EXPECT_FALSE(shrink_heur::auto_wg(4096, 3, 64, 32));  // 128 tokens per adapter
+  EXPECT_FALSE(shrink_heur::auto_wg(2048, 3, 16, 8));   // N = 48 below T=4096
+  EXPECT_FALSE(shrink_heur::auto_wg(8192, 1, 16, 8));   // N = 16: no wgmma tile
+  EXPECT_FALSE(shrink_heur::auto_wg(8192, 3, 32, 8));   // N = 96: no wgmma tile
+  EXPECT_EQ(shrink_heur::wg_columns(3, 13), 48);
+  const auto c = shrink_heur::fused_config(8192, 4096, 3, 16, 132, true, shrink_heur::kFusedBM, false, true, 8, false, true);
+  EXPECT_EQ(c.wg_n, 48);
+  EXPECT_EQ(c.bm, 128);
+  EXPECT_TRUE(c.stream_k);  // 64 tiles x 64 k-tiles >= 8 per slot over 264 slots
+  EXPECT_EQ(c.smem, std::size_t(4) * (128 * 128 + 48 * 128) + 1024);
+  const auto b = shrink_heur::fused_config(8192, 4096, 3, 64, 132, true, shrink_heur::kFusedBM, false, true, 8, false, true);
+  EXPECT_EQ(b.wg_n, 192);
+  EXPECT_EQ(b.sk_blocks, 132);  // one block per SM
+}
+
 // The warp-k tile (NOTES v9): automatic for 2-4 column groups with stream-K's long ranges (2 blocks
 // per SM, 112 KB of stages); never for one group, 12 groups or T=2048.
 TEST(ShrinkHeuristics, WarpKTile) {

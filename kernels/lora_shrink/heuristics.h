@@ -112,9 +112,41 @@ inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
 // per SM), and split-K (y zeroed first, atomics) when the token tiles fill fewer than ~3 blocks per SM.
 // stream_k: grid of sk_blocks resident blocks sharing the (tile, k-tile) iterations equally
 // (fused_config's `stream_k`); ksplit = 1 then, and y is zeroed first as for split-K.
+// wgmma tile (ShrinkKernel::fused_wg; sm_90a): N = 16 * S * ceil(R / 16) columns, one of
+// 32, 48, 64, 192; stages of 128 x-rows and N A-rows (+1 KB to align them to 1024 bytes); two
+// blocks per SM up to N = 64 (4 stages, <= 97 KB), one above (5 stages, 201 KB; 96 accumulators).
+inline int wg_columns(int S, int max_rank) {
+  const int n = 16 * S * ((max_rank + 15) / 16);
+  return (n == 32 || n == 48 || n == 64 || n == 192) ? n : 0;
+}
+constexpr int wg_stages(int n) { return n > 64 ? 5 : 4; }
+constexpr std::size_t wg_smem(int n) { return std::size_t(wg_stages(n)) * (128 * 128 + std::size_t(n) * 128) + 1024; }
+
+// The wgmma tile on the automatic path (the device must be sm_90 and the build hold sm_90a code;
+// the caller checks that). Its 128-token tiles need full tiles: on average at least 256 tokens per
+// adapter (the host knows only T and max_loras). Measured on the H200 (LoraShrinkPerf, NOTES v10,
+// three runs each, cold / back to back, us):
+// - N = 192 (qkv r=64) everywhere it applies: T=8192 8 adapters 50.9/44.8 against 61.3/58.0, 32
+//   adapters 67.5/57.5 against 74.5/67.5, T=512-1024 one adapter 17.4-18.6 against 20.8-26.0 cold;
+//   not at 128 tokens per adapter (T=4096 32 adapters: 54.1 against 48.6 cold).
+// - N = 32, 48 (gate_up, qkv r=16) from T=4096: the Llama-3-8B layer shapes (25% of tokens without
+//   an adapter) 26.2/18.6 against 29.5/24.4 (gate_up) and 27.9/20.4 against 31.7/24.3 (qkv); T=16384
+//   qkv 51.1 against 53.8; T=8192 qkv, every token with an adapter: 34.5 against 33.8 (the one
+//   loss); not at T=2048 (19.0 against 17.4 cold).
+// - N = 64 (one slice r=64) up to T=1024: T=512-1024 H=8192 13.0-17.9 against 15.1-19.6 cold; not at
+//   T=8192 (36.9 against 35.4; the warp-k tile there).
+inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
+  const int n = wg_columns(S, max_rank);
+  if (n == 0 || T < 256 * std::max<int64_t>(1, max_loras)) return false;
+  if (n == 192) return true;
+  if (n == 64) return T <= 1024;
+  return T >= 4096;
+}
+
 struct FusedConfig {
   int bm = kFusedBM, ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1;
   bool wk = false;
+  int wg_n = 0;  // > 0: the wgmma tile with that many columns (bm = 128)
   bool stream_k = false;
   int sk_blocks = 0;
   std::size_t smem = 0;
@@ -132,8 +164,29 @@ constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block at least (dev
 // adapters: 148 tiles on 264 slots, 96 us against 75).
 inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int num_sms, bool allow_split = true,
                                 int bm = kFusedBM, bool stream_k = false,
-                                bool auto_sk = false, int64_t max_loras = 0, bool wk = false) {
+                                bool auto_sk = false, int64_t max_loras = 0, bool wk = false, bool wg = false) {
   FusedConfig c;
+  if (wg && wg_columns(S, max_rank) > 0) {
+    // 128-token tiles, the same split-K / stream-K rules over them
+    c.wg_n = wg_columns(S, max_rank);
+    c.bm = 128;
+    c.stages = wg_stages(c.wg_n);
+    c.smem = wg_smem(c.wg_n);
+    const int64_t resident = c.wg_n > 64 ? 1 : 2;
+    const int64_t ktiles = std::max<int64_t>(1, (K + 63) / 64);
+    const int64_t tiles = (T + 127) / 128;
+    const int64_t slots = resident * int64_t(num_sms);
+    if (allow_split && auto_sk && tiles * ktiles >= int64_t(kStreamKMinIters) * slots) {
+      c.stream_k = true;
+      c.sk_blocks = int(slots);
+      return c;
+    }
+    int64_t ks = 1;
+    if (allow_split && tiles < slots) ks = std::max<int64_t>(1, std::min<int64_t>({(slots + tiles - 1) / tiles, ktiles / 4, 16}));
+    c.ktiles_per_split = int((ktiles + ks - 1) / ks);
+    c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
+    return c;
+  }
   const int ng = S * ((max_rank + 15) / 16);
   c.bm = bm == 128 && ng <= 6 ? 128 : kFusedBM;
   const int wn = 8 / (c.bm / 32);  // warps along the column groups

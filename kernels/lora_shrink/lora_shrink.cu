@@ -12,6 +12,7 @@
 #include "kernels/lora_shrink/lora_shrink_internal.h"
 #include "kernels/lora_shrink/shrink_decode.h"
 #include "kernels/lora_shrink/shrink_params.h"
+#include "kernels/lora_shrink/wgmma.cuh"
 
 namespace punica::kernels {
 namespace {
@@ -671,6 +672,160 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
   if (!split) zero_tile_columns(p, start, rows, nkt > 0 ? min(CA * 16, R) : 0);
 }
 
+// wgmma tile (ShrinkKernel::fused_wg, EXPERIMENTAL, not yet run on a GPU): 128 tokens x N columns,
+// N = 16 * S * ceil(R / 16) (the launch's padded groups: group G is slice G / ceil(R/16); an
+// adapter's rows past its true rank are read as zeros). Warpgroup g (threads 128g..128g+127) owns
+// tokens 64g..64g+63 and every column: one wgmma.m64nNk16 per k16 step with both operands in shared
+// memory, so no ldmatrix, the mma runs asynchronously to the copies, and each A stage serves 128
+// tokens (half the A re-reads of the 64-token tiles, NOTES v9). Stages: 128 x-rows then N A-rows of
+// 128 bytes, 1024-byte aligned (the swizzle atom), written by cp.async in the swz() layout.
+template <int N, int ST>
+constexpr std::size_t wg_smem_bytes() { return std::size_t(ST) * (128 * 128 + N * 128) + 1024; }
+
+template <class T, int N, int ST>
+__device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* smem_raw, int entry, int tile,
+                                              int64_t kt0, int64_t kt1, bool split) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // sm_90a only: the host takes this tile only where wgmma_available()
+#else
+  constexpr int BM = 128;
+  constexpr uint32_t XB = BM * 128, SB = XB + N * 128;  // bytes per stage (multiples of 1024)
+  static_assert(N % 16 == 0 && (N * 128) % 1024 == 0, "whole swizzle atoms");
+  const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const TileRows tr = tile_rows(p, entry, tile, BM);
+  const int l = tr.l, rows = tr.rows, start = tr.start;
+  const int tid = threadIdx.x;
+  if (l < 0) {
+    if (!split) zero_tile_columns(p, start, rows, 0);
+    return;
+  }
+  const int R = p.R;
+  const int r = min(p.ranks[l], R);
+  const int CAm = (R + 15) >> 4;  // groups per slice of the launch (N = 16 * S * CAm)
+  const int nkt = int(kt1 > kt0 ? kt1 - kt0 : 0);
+  if (nkt > 0) {
+    constexpr int XI = BM * 8 / H::kFusedThreads;                   // 4 x chunks per thread
+    constexpr int AI = (N * 8 + H::kFusedThreads - 1) / H::kFusedThreads;  // A chunks per thread
+    const int ch = tid & 7, lr = tid >> 3;
+    const char* X = static_cast<const char*>(p.x);
+    const int64_t koff = (kt0 * 64 + ch * 8) * int64_t(sizeof(T));
+    const char* gx[XI];
+    int64_t stx[XI];
+    int nx[XI];
+    uint32_t dx[XI];
+#pragma unroll
+    for (int i = 0; i < XI; ++i) {
+      const int row = lr + 32 * i;
+      const bool ok = row < rows;
+      gx[i] = ok ? X + int64_t(p.meta.sorted_token_ids[start + row]) * p.x_stride * int64_t(sizeof(T)) + koff : X;
+      nx[i] = ok ? 16 : 0;
+      stx[i] = ok ? 128 : 0;
+      dx[i] = uint32_t(swz(row, ch)) * 16u;
+    }
+    const char* ga[AI];
+    int64_t sta[AI];
+    int na[AI];
+    uint32_t da[AI];
+    bool la[AI];
+#pragma unroll
+    for (int i = 0; i < AI; ++i) {
+      const int row = lr + 32 * i;  // A row = column `row` of the N
+      la[i] = row < N;
+      const int G = row >> 4, s = G / CAm, j = (G - s * CAm) * 16 + (row & 15);
+      const bool ok = la[i] && s < p.S && j < r;
+      ga[i] = ok ? static_cast<const char*>(p.a[s]) + ((int64_t(l) * R + j) * p.K) * int64_t(sizeof(T)) + koff : X;
+      na[i] = ok ? 16 : 0;
+      sta[i] = ok ? 128 : 0;
+      da[i] = XB + uint32_t(swz(row, ch)) * 16u;
+    }
+    int64_t kst = kt0 * 64;
+    auto load_stage = [&](uint32_t stage) {
+      const uint32_t base = s0 + stage * SB;
+      const bool kin = kst + ch * 8 < p.K;  // K % 8 == 0: a chunk is wholly in or out
+#pragma unroll
+      for (int i = 0; i < XI; ++i) cp_async16(base + dx[i], kin ? gx[i] : X, kin ? nx[i] : 0);
+#pragma unroll
+      for (int i = 0; i < AI; ++i)
+        if (la[i]) cp_async16(base + da[i], kin ? ga[i] : X, kin ? na[i] : 0);
+#pragma unroll
+      for (int i = 0; i < XI; ++i) gx[i] += stx[i];
+#pragma unroll
+      for (int i = 0; i < AI; ++i) ga[i] += sta[i];
+      kst += 64;
+    };
+
+    const int g = tid >> 7;  // warpgroup: tokens 64g..64g+63
+    const uint64_t dx0 = wg::desc_k128(s0 + uint32_t(g) * 8192u), da0 = wg::desc_k128(s0 + XB);
+    float acc[N / 2] = {};
+#pragma unroll
+    for (int st = 0; st < ST - 1; ++st) {
+      if (st < nkt) load_stage(uint32_t(st));
+      cp_async_commit();
+    }
+    uint32_t rd = 0, wr = ST - 1;
+    for (int it = 0; it < nkt; ++it) {
+      cp_async_wait<ST - 2>();
+      wg::fence_proxy_async();
+      __syncthreads();  // stage rd complete for every thread; every wgmma of stage wr (it - 1) done
+      wg::fence_operands(acc);
+      wg::fence();
+      const uint64_t so = uint64_t((rd * SB) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::Mma<T, N>::run(acc, dx0 + so + 2 * kk, da0 + so + 2 * kk);
+      wg::commit();
+      if (it + ST - 1 < nkt) load_stage(wr);  // overlaps the wgmmas
+      cp_async_commit();
+      wg::wait<0>();
+      wg::fence_operands(acc);
+      rd = rd + 1 == ST ? 0 : rd + 1;
+      wr = wr + 1 == ST ? 0 : wr + 1;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the next tile's prologue overwrites the stages
+
+    if (split) pdl_wait();
+    float* Y = static_cast<float*>(p.y);
+    const int w = (tid >> 5) & 3, lane = tid & 31, gq = lane >> 2, q = lane & 3;
+    int tok[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = 64 * g + 16 * w + gq + 8 * hh;
+      tok[hh] = row < rows ? p.meta.sorted_token_ids[start + row] : -1;
+    }
+    // acc[4b + c]: row 16w + gq + 8 * (c >> 1) of the warpgroup's 64, column 8b + 2q + (c & 1).
+    // Columns come in pairs (j even): one 8-byte store or float2 atomic per pair where R is even
+    // and y 8-byte aligned (then every pair is). Measured (H200, NOTES v10): the float2 atomics
+    // took the qkv layer shape from 24.3 to 20.4 us back to back (scalar atomics: 23.0).
+    const bool pair = (R & 1) == 0 && (reinterpret_cast<uintptr_t>(Y) & 7u) == 0;
+#pragma unroll
+    for (int i = 0; i < N / 2; i += 2) {
+      const int hh = (i >> 1) & 1, col = 8 * (i >> 2) + 2 * q;
+      if (tok[hh] < 0) continue;
+      const int G = col >> 4, s = G / CAm, j = (G - s * CAm) * 16 + (col & 15);
+      if (s >= p.S || j >= R) continue;
+      float* yp = Y + (int64_t(s) * p.T + tok[hh]) * R + j;
+      const float v0 = j < r ? acc[i] * p.scale : 0.f, v1 = j + 1 < r ? acc[i + 1] * p.scale : 0.f;
+      if (pair) {
+        if (split) {
+          if (j < r) atomicAdd(reinterpret_cast<float2*>(yp), make_float2(v0, v1));
+        } else {
+          *reinterpret_cast<float2*>(yp) = make_float2(v0, v1);
+        }
+        continue;
+      }
+      if (split) {
+        if (j < r) atomicAdd(yp, v0);
+        if (j + 1 < r) atomicAdd(yp + 1, v1);
+      } else {
+        yp[0] = v0;
+        if (j + 1 < R) yp[1] = v1;
+      }
+    }
+  }
+  if (!split && nkt == 0) zero_tile_columns(p, start, rows, 0);
+#endif
+}
+
 // grid (tile bound, ksplit): block (x, y) = flat tile x (the -1 entry included) over k-range y.
 // stream-K (p.stream_k, grid (G, 1)): the (tile with an adapter, k-tile) iterations are cut into G
 // equal contiguous ranges, one per block, G = the blocks that fit at once (one full wave, every
@@ -680,8 +835,10 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
 // Blocks per SM: 3 where the stages fit three times (64 tokens, one group per warp: 64 KB), so the
 // registers are held to 85 there; 2 elsewhere (fused_config's `resident` assumes the same).
 // WK: the warp-k tile (fused_tile_wk; NGW unused), 2 blocks per SM (its 64 accumulators).
-template <class T, int NGW, int ST, int BM, bool WK = false>
-__global__ void __launch_bounds__(H::kFusedThreads, (BM == 64 && NGW == 1 && !WK) ? 3 : 2) shrink_fused_kernel(ShrinkParams p) {
+// WGN > 0: the wgmma tile (fused_tile_wg) with N = WGN columns (BM = 128; NGW and WK unused).
+template <class T, int NGW, int ST, int BM, bool WK = false, int WGN = 0>
+__global__ void __launch_bounds__(H::kFusedThreads, WGN > 64 ? 1 : (BM == 64 && NGW == 1 && !WK && WGN == 0) ? 3 : 2)
+    shrink_fused_kernel(ShrinkParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // add_lora_linear's expand may start (programmatic dependent) once every block of this grid has
   // started; it waits for this grid's completion before reading y.
@@ -721,7 +878,8 @@ __global__ void __launch_bounds__(H::kFusedThreads, (BM == 64 && NGW == 1 && !WK
       k1 = min(ktiles, k0 + p.ktiles_per_split);
       w = w1;
     }
-    if constexpr (WK) fused_tile_wk<T, ST>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
+    if constexpr (WGN > 0) fused_tile_wg<T, WGN, ST>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
+    else if constexpr (WK) fused_tile_wk<T, ST>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
     else fused_tile<T, NGW, ST, BM>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
     if (w < w1) __syncthreads();  // the next tile's prologue overwrites the stages
   }
@@ -771,6 +929,28 @@ void launch_gemv_dispatch_out(const ShrinkParams& p, DType out, bool vec, cudaSt
   else launch_gemv_mode<T, float>(p, vec, atomic, c, st, pdl);
 }
 
+}  // namespace
+namespace detail {
+bool wgmma_available() {
+#if PUNICA_HAVE_SM90A
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+}  // namespace detail
+namespace {
+
 int num_sms_cached() {
   static int n = [] {
     int dev = 0, v = 132;
@@ -817,10 +997,10 @@ void launch_mma(const ShrinkParams& p, bool vec, cudaStream_t st) {
   }
 }
 
-template <class T, int NGW, int ST, int BM, bool WK = false>
+template <class T, int NGW, int ST, int BM, bool WK = false, int WGN = 0>
 void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
   static bool attr = [&] {
-    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST, BM, WK>,
+    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST, BM, WK, WGN>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)));
     return true;
   }();
@@ -832,15 +1012,25 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
   PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
   // split-K: PDL secondary of the zero kernel
   if (c.stream_k)
-    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM, WK>, dim3(unsigned(c.sk_blocks), 1, 1), dim3(H::kFusedThreads),
+    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM, WK, WGN>, dim3(unsigned(c.sk_blocks), 1, 1), dim3(H::kFusedThreads),
                   c.smem, st, true, q);
   else
-    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM, WK>, dim3(unsigned(tiles), unsigned(c.ksplit), 1),
+    launch_kernel(shrink_fused_kernel<T, NGW, ST, BM, WK, WGN>, dim3(unsigned(tiles), unsigned(c.ksplit), 1),
                   dim3(H::kFusedThreads), c.smem, st, c.ksplit > 1, q);
 }
 
 template <class T>
 void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
+  if (c.wg_n > 0) {
+    static_assert(wg_smem_bytes<48, H::wg_stages(48)>() == H::wg_smem(48) && wg_smem_bytes<192, H::wg_stages(192)>() == H::wg_smem(192),
+                  "heuristics' shared memory of the wgmma tile");
+    switch (c.wg_n) {
+      case 32: return launch_fused_t<T, 1, H::wg_stages(32), 128, false, 32>(p, c, st);
+      case 48: return launch_fused_t<T, 1, H::wg_stages(48), 128, false, 48>(p, c, st);
+      case 64: return launch_fused_t<T, 1, H::wg_stages(64), 128, false, 64>(p, c, st);
+      default: return launch_fused_t<T, 1, H::wg_stages(192), 128, false, 192>(p, c, st);
+    }
+  }
   if (c.wk) {
     launch_fused_t<T, 1, H::kWkStages, 64, true>(p, c, st);
     return;
@@ -878,16 +1068,21 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;
   const bool bm128 = kind == K::fused128 || kind == K::fused128_sk;
   const bool sk = kind == K::fused_sk || kind == K::fused128_sk;
-  const bool as_auto = kind == K::automatic || kind == K::fused_wk;
+  const bool as_auto = kind == K::automatic || kind == K::fused_wk || kind == K::fused_wg;
+  const bool wg = fused_ok && detail::wgmma_available() &&
+                  (kind == K::fused_wg ||
+                   (kind == K::automatic && H::auto_wg(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)));
   const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk || kind == K::fused_wk ||
+                          kind == K::fused_wg || wg ||
                           (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
   if (fused_ok && want_fused) {
     const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, num_sms_cached(),
                                              kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, as_auto,
                                              a.max_loras,
                                              kind == K::fused_wk ||
-                                                 (kind == K::automatic && H::auto_wk(a.num_tokens, a.hidden, a.num_slices,
-                                                                                     a.max_rank, num_sms_cached())));
+                                                 (kind == K::automatic && !wg && H::auto_wk(a.num_tokens, a.hidden, a.num_slices,
+                                                                                            a.max_rank, num_sms_cached())),
+                                             wg);
     if (c.ksplit > 1 || c.stream_k) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);
     else launch_fused<__half>(p, c, stream);

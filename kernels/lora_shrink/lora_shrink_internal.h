@@ -23,7 +23,12 @@ int shrink_partials_nsplit(int64_t K);
 // fused_wk: the fused kernel with automatic's split-K / stream-K choice and the warp-k tile
 // wherever the adapters have at most 4 groups of 16 columns (automatic takes it only where
 // shrink_heur::auto_wk says), else the 2 x 4 tile.
-enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk };
+// fused_wg: the wgmma tile (128 tokens, both operands in shared memory; sm_90a) where
+// 16 * S * ceil(R/16) is 32, 48, 64 or 192 and wgmma_available(), else fused (automatic takes it
+// where shrink_heur::auto_wg says).
+enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk, fused_wg };
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
+// The wgmma tile can run: the build holds sm_90a code (PUNICA_HAVE_SM90A) and the device is 9.0.
+bool wgmma_available();
 
 }  // namespace punica::kernels::detail

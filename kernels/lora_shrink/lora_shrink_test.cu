@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <cmath>
 #include "kernels/lora_shrink/lora_shrink.h"
+#include "kernels/lora_shrink/heuristics.h"
 #include "kernels/lora_shrink/lora_shrink_internal.h"
 #include <cstdio>
 #include <numeric>
+#include "kernels/lora_shrink/lora_device.cuh"
 #include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/lora_shrink/wgmma.cuh"
 #include "reference/lora_reference.h"
 
 namespace punica::kernels {
@@ -166,7 +169,7 @@ TEST(LoraShrink, AllTokensNone) {
 // Every kernel choice on the prefill / decode shapes (fused with and without split-K, legacy).
 TEST(LoraShrink, KernelVariants) {
   using K = detail::ShrinkKernel;
-  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk}) {
+  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk, K::fused_wg}) {
     for (int T : {1, 7, 300}) {
       ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
       c.kernel = k;
@@ -245,6 +248,95 @@ TEST(LoraShrink, WarpKTile) {
   wk(none);
 }
 
+// One 64-wide stage of one warpgroup through wg::Mma<bf16, 48> on tiles written in the swz() layout:
+// d[64][48] = x[64][64] * a[48][64]^T, stored by the accumulator layout the shrink tile assumes.
+// Pins the descriptor fields and the fragment layout apart from the pipeline.
+__global__ void wgmma_unit_kernel(const __nv_bfloat16* x, const __nv_bfloat16* a, float* d) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // sm_90a only (the test skips elsewhere)
+#else
+  __shared__ __align__(128) uint8_t raw[64 * 128 + 48 * 128 + 1024];
+  const uint32_t base = (lora_dev::smem_u32(raw) + 1023u) & ~1023u;
+  uint8_t* sm = raw + (base - lora_dev::smem_u32(raw));
+  const int tid = threadIdx.x;
+  for (int c = tid; c < 64 * 8; c += 128)
+    *reinterpret_cast<uint4*>(sm + lora_dev::swz(c / 8, c % 8) * 16) = *reinterpret_cast<const uint4*>(x + c * 8);
+  for (int c = tid; c < 48 * 8; c += 128)
+    *reinterpret_cast<uint4*>(sm + 8192 + lora_dev::swz(c / 8, c % 8) * 16) = *reinterpret_cast<const uint4*>(a + c * 8);
+  wg::fence_proxy_async();
+  __syncthreads();
+  float acc[24] = {};
+  wg::fence_operands(acc);
+  wg::fence();
+  const uint64_t dx = wg::desc_k128(base), da = wg::desc_k128(base + 8192);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wg::Mma<__nv_bfloat16, 48>::run(acc, dx + 2 * kk, da + 2 * kk);
+  wg::commit();
+  wg::wait<0>();
+  wg::fence_operands(acc);
+  const int w = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int i = 0; i < 24; ++i) {
+    const int row = 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    d[row * 48 + col] = acc[i];
+  }
+#endif
+}
+
+TEST(LoraShrink, WgmmaUnit) {
+  if (!detail::wgmma_available()) GTEST_SKIP() << "needs an sm_90 device and sm_90a code";
+  HostTensor x = random_tensor(DType::bf16, 64 * 64, 7), a = random_tensor(DType::bf16, 48 * 64, 8);
+  DeviceBuffer dx = to_device(x), da = to_device(a), dd(64 * 48 * 4);
+  PUNICA_CUDA_CHECK(cudaMemset(dd.get(), 0xff, 64 * 48 * 4));  // NaN poison
+  wgmma_unit_kernel<<<1, 128>>>(dx.as<__nv_bfloat16>(), da.as<__nv_bfloat16>(), dd.as<float>());
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> d(64 * 48);
+  dd.download(d.data(), d.size() * 4);
+  int bad = 0;
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 48; ++n) {
+      double ref = 0;
+      for (int k = 0; k < 64; ++k) ref += double(x.get(m * 64 + k)) * double(a.get(n * 64 + k));
+      const float got = d[m * 48 + n];
+      if (!(std::fabs(got - ref) <= 1e-3 + 1e-3 * std::fabs(ref)) && bad++ < 8)
+        ADD_FAILURE() << "d[" << m << "][" << n << "] = " << got << ", expected " << ref;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+// The wgmma tile (experimental, 128 tokens; N = 16 * S * ceil(R/16) of 32, 48, 64 or 192): split-K,
+// stream-K (T=8000), no split (K=192), a K % 64 tail, R = 10 (columns past R in the last group),
+// mixed true ranks with NaN padding, every token without an adapter.
+TEST(LoraShrink, WgmmaTile) {
+  using K = detail::ShrinkKernel;
+  auto wg = [](ShrinkCase c) {
+    c.kernel = K::fused_wg;
+    c.nan_pad = !c.all_none;
+    run_case(c);
+  };
+  wg({DType::bf16, DType::f32, 300, 4096, 3, {16, 8, 0, 13, 1}});   // N = 48
+  wg({DType::f16, DType::f32, 300, 192, 3, {16, 8, 0, 13, 1}});
+  wg({DType::bf16, DType::f32, 300, 192, 2, {16, 5, 0}});           // N = 32
+  wg({DType::bf16, DType::f32, 1000, 4104, 1, {64, 33, 0, 7}});     // N = 64
+  wg({DType::bf16, DType::f32, 500, 4096, 3, {64, 40, 0, 17}});     // N = 192
+  wg({DType::bf16, DType::f32, 300, 4096, 3, {10, 3, 0}});          // R = 10
+  wg({DType::bf16, DType::f32, 300, 4096, 3, {13, 5, 0}});          // R = 13: odd, scalar stores and atomics
+  wg({DType::f16, DType::f32, 1000, 192, 3, {13, 5, 0}});           // odd R, no split
+  std::vector<int> r16;
+  for (int l = 0; l < 32; ++l) r16.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
+  wg({DType::bf16, DType::f32, 8000, 4096, 3, r16});
+  ShrinkCase none{DType::bf16, DType::f32, 200, 4096, 2, {16, 8}};
+  none.all_none = true;
+  wg(none);
+  // the automatic path where shrink_heur::auto_wg takes the tile (qkv r=16 and r=64, 4 adapters)
+  ASSERT_TRUE(shrink_heur::auto_wg(4096, 3, 16, 4) && shrink_heur::auto_wg(4096, 3, 64, 4));
+  for (int R : {16, 64}) {
+    ShrinkCase a{DType::bf16, DType::f32, 4096, 4096, 3, {R, R / 2, 0, 3}};
+    a.nan_pad = true;
+    run_case(a);
+  }
+}
+
 // ---- perf: cold (256 MiB L2 flush before each launch) and back to back in a CUDA graph.
 // none_pct: that share of the tokens has no adapter (the layer scenarios use 25).
 void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
@@ -267,7 +359,7 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
   const std::pair<K, const char*> ks[] = {{K::legacy, "legacy"}, {K::automatic, "auto"}, {K::fused, "fused"},
                                           {K::fused_nosplit, "fused_nosplit"}, {K::fused128, "fused128"},
                                           {K::fused_sk, "fused_sk"}, {K::fused128_sk, "fused128_sk"},
-                                          {K::fused_wk, "fused_wk"}};
+                                          {K::fused_wk, "fused_wk"}, {K::fused_wg, "fused_wg"}};
   char prefix[96];
   std::snprintf(prefix, sizeof prefix, "SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d none=%2d%%", T, (long long)H, R, L, S,
                 none_pct);
