@@ -35,12 +35,13 @@ TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
 }
 
 // The wgmma tile (NOTES v10): N = 16 * S * ceil(R/16) of 32, 48, 64 or 192, at least 256 tokens per
-// adapter; N = 192 wherever that holds, N = 32/48 from T=4096, N = 64 up to T=1024.
+// adapter; N = 192 from T=512, N = 32/48 from T=4096, N = 64 up to T=1024.
 TEST(ShrinkHeuristics, WgmmaTile) {
   EXPECT_TRUE(shrink_heur::auto_wg(8192, 3, 16, 8));    // qkv r=16 (N = 48)
   EXPECT_TRUE(shrink_heur::auto_wg(8192, 2, 16, 8));    // gate_up r=16 (N = 32)
   EXPECT_TRUE(shrink_heur::auto_wg(8192, 3, 64, 32));   // qkv r=64 (N = 192), 256 tokens per adapter
   EXPECT_TRUE(shrink_heur::auto_wg(512, 3, 64, 1));
+  EXPECT_FALSE(shrink_heur::auto_wg(256, 3, 64, 1));    // N = 192 below T=512
   EXPECT_TRUE(shrink_heur::auto_wg(1024, 1, 64, 1));    // N = 64
   EXPECT_FALSE(shrink_heur::auto_wg(8192, 1, 64, 8));   // N = 64 at T=8192: the warp-k tile
   EXPECT_FALSE(shrink_heur::auto_wg(4096, 3, 64, 32));  // 128 tokens per adapter

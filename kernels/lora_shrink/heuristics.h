@@ -126,19 +126,20 @@ constexpr std::size_t wg_smem(int n) { return std::size_t(wg_stages(n)) * (128 *
 // the caller checks that). Its 128-token tiles need full tiles: on average at least 256 tokens per
 // adapter (the host knows only T and max_loras). Measured on the H200 (LoraShrinkPerf, NOTES v10,
 // three runs each, cold / back to back, us):
-// - N = 192 (qkv r=64) everywhere it applies: T=8192 8 adapters 50.9/44.8 against 61.3/58.0, 32
-//   adapters 67.5/57.5 against 74.5/67.5, T=512-1024 one adapter 17.4-18.6 against 20.8-26.0 cold;
-//   not at 128 tokens per adapter (T=4096 32 adapters: 54.1 against 48.6 cold).
+// - N = 192 (qkv r=64) from T=512: T=8192 8 adapters 50.9/44.8 against 61.3/58.0, 32 adapters
+//   67.5/57.5 against 74.5/67.5, T=512-1024 one adapter 17.4-18.6 against 20.8-26.0 cold; not at 128
+//   tokens per adapter (T=4096 32 adapters: 54.1 against 48.6 cold) nor at T=256 (the shrink ties,
+//   17.0 against 16.9, but add_lora_linear measured 26.4 against 24.4 us in the bench, fb6cf10).
 // - N = 32, 48 (gate_up, qkv r=16) from T=4096: the Llama-3-8B layer shapes (25% of tokens without
 //   an adapter) 26.2/18.6 against 29.5/24.4 (gate_up) and 27.9/20.4 against 31.7/24.3 (qkv); T=16384
 //   qkv 51.1 against 53.8; T=8192 qkv, every token with an adapter: 34.5 against 33.8 (the one
 //   loss); not at T=2048 (19.0 against 17.4 cold).
-// - N = 64 (one slice r=64) up to T=1024: T=512-1024 H=8192 13.0-17.9 against 15.1-19.6 cold; not at
-//   T=8192 (36.9 against 35.4; the warp-k tile there).
+// - N = 64 (one slice r=64) up to T=1024: T=512-1024 H=8192, one adapter, 13.0-15.8 against 15.1-18.3
+//   cold; not at T=8192 (36.9 against 35.4; the warp-k tile there).
 inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
   const int n = wg_columns(S, max_rank);
   if (n == 0 || T < 256 * std::max<int64_t>(1, max_loras)) return false;
-  if (n == 192) return true;
+  if (n == 192) return T >= 512;
   if (n == 64) return T <= 1024;
   return T >= 4096;
 }

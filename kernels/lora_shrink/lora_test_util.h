@@ -253,6 +253,23 @@ struct PerfBatch {
   }
 };
 
+// Back to back on one stream, no flush and no host wait between calls, each call between its own
+// pair of events: how punica-bench times a layer's parts (Backend::time_iterations). Median per call.
+template <class F>
+double stream_us(F&& f, int iters = 20) {
+  std::vector<EventPair> ev(static_cast<std::size_t>(iters));
+  for (int i = 0; i < 3; ++i) f(cudaStream_t(nullptr));
+  for (auto& e : ev) {
+    PUNICA_CUDA_CHECK(cudaEventRecord(e.a, nullptr));
+    f(cudaStream_t(nullptr));
+    PUNICA_CUDA_CHECK(cudaEventRecord(e.b, nullptr));
+  }
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> v;
+  for (auto& e : ev) v.push_back(e.elapsed_us());
+  return median_of(v);
+}
+
 // One perf line: warm-up, then the cold (flushed) and back-to-back (graph) median times of f,
 // printed after `prefix` with the share of the floor each reaches.
 template <class F>
