@@ -13,6 +13,7 @@
 #include "kernels/common/device_buffer.h"
 #include "kernels/common/error.h"
 #include "kernels/common/layer_util.h"
+#include "kernels/lora_shrink/lora_shrink_internal.h"
 
 #define PUNICA_CUBLAS_CHECK(expr)                                                              \
   do {                                                                                         \
@@ -96,7 +97,10 @@ class CudaBackend final : public Backend {
             {"mem_bytes", double(prop_.totalGlobalMem)},
             {"peak_mem_bw_bytes_per_s", 2.0 * mem_clock_khz * 1e3 * bus_width / 8.0},
             {"cuda_runtime", rt},
-            {"cuda_driver", drv}};
+            {"cuda_driver", drv},
+            // the shrink's wgmma tile can run (sm_90a code in this build, a 9.0 device): the automatic
+            // kernel choice, and so the timings, depend on it
+            {"wgmma_shrink_tile", kernels::detail::wgmma_available()}};
   }
   std::size_t l2_bytes() const override { return std::size_t(prop_.l2CacheSize); }
   std::size_t free_memory_bytes() const override {
