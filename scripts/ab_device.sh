@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU machine's side of scripts/stage_ab.sh: every variant's correctness tests once, then the
+# gtest FILTER (perf tests) REPS times, variants interleaved in each round so that drift hits all
+# alike; logs and one tarball ab.tgz in OUTDIR (the device tool returns 8 files at most).
+#   scripts/ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]
+# CORRECT_FILTER (default '*'; the disabled perf tests are not run by it) selects the tests run once.
+set -uo pipefail
+OUT=${1:?usage: ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]}
+TARGET=${2:?target}; FILTER=${3:?gtest filter}; REPS=${4:?reps}
+shift 4
+[ $# -ge 1 ] || { echo "ab_device.sh: name at least one variant" >&2; exit 2; }
+mkdir -p "$OUT/logs" .carry/ab
+tar -C .carry/ab -xaf .carry/ab-bin.txz || { echo "ab_device.sh: cannot unpack .carry/ab-bin.txz" >&2; exit 2; }
+cp .carry/ab/refs.txt "$OUT/logs/refs.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/logs/gpu.txt" 2>&1
+status=0
+for n in "$@"; do
+  b=.carry/ab/bin/${TARGET}_$n
+  [ -x "$b" ] || { echo "ab_device.sh: no binary $b" >&2; status=2; continue; }
+  timeout -k 10 300 "$b" --gtest_filter="${CORRECT_FILTER:-*}" > "$OUT/logs/correct_$n.txt" 2>&1
+  rc=$?; echo "correct $n rc=$rc"; [ $rc -ne 0 ] && status=1
+done
+for rep in $(seq 1 "$REPS"); do
+  for n in "$@"; do
+    timeout -k 10 300 ".carry/ab/bin/${TARGET}_$n" --gtest_also_run_disabled_tests --gtest_filter="$FILTER" \
+      > "$OUT/logs/perf_${n}_$rep.txt" 2>&1
+    rc=$?; echo "perf $n rep $rep rc=$rc"; [ $rc -ne 0 ] && status=1
+  done
+done
+tar -C "$OUT" -czf "$OUT/ab.tgz" logs && rm -rf "$OUT/logs"
+exit $status
