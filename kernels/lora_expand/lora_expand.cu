@@ -340,16 +340,7 @@ void launch_gemv(const ExpandParams& p, int64_t maxN, bool vecb, bool pdl, cudaS
                 grid, dim3(H::kGemvThreads), smem, st, pdl, p);
 }
 
-// Raises a kernel's dynamic shared-memory limit once per device (idempotent, so a race is harmless).
-template <class K>
-void ensure_smem(K* kernel, std::size_t bytes, std::atomic<uint64_t>& done) {
-  int dev = 0;
-  PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (done.load(std::memory_order_relaxed) & bit) return;
-  PUNICA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  done.fetch_or(bit, std::memory_order_relaxed);
-}
+using lora_dev::ensure_smem;
 
 template <class T, class TI, int MINB>
 void launch_staged(const ExpandParams& p, int64_t maxN, cudaStream_t st) {

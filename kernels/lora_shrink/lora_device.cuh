@@ -3,6 +3,7 @@
 // mma.sync wrappers, programmatic-dependent-launch controls and the "which adapter tile am I"
 // lookup over vLLM's LoRAKernelMeta (tokens sorted by slot).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -90,6 +91,35 @@ inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std:
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
   PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// Host: raises a kernel's dynamic shared-memory limit once per device (a process may drive several
+// GPUs; the attribute is per device). Idempotent, so a race between threads is harmless.
+template <class K>
+inline void ensure_smem(K* kernel, std::size_t bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (done.load(std::memory_order_relaxed) & bit) return;
+  PUNICA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  done.fetch_or(bit, std::memory_order_relaxed);
+}
+
+// Host: an int property of the current device, computed by `get(dev)` once per device (up to 64).
+template <class F>
+inline int per_device_cached(std::atomic<int>* cache, F&& get) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return get(-1);
+  }
+  std::atomic<int>& c = cache[dev & 63];
+  int v = c.load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = get(dev);
+    c.store(v, std::memory_order_relaxed);
+  }
+  return v;
 }
 
 // ---- async copies and tensor-core wrappers ----

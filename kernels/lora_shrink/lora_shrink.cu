@@ -935,17 +935,16 @@ void launch_gemv_dispatch_out(const ShrinkParams& p, DType out, bool vec, cudaSt
 namespace detail {
 bool wgmma_available() {
 #if PUNICA_HAVE_SM90A
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major == 9 && minor == 0;
-  }();
-  return ok;
+  static std::atomic<int> cache[64];  // per device: 0 unknown, 1 yes, 2 no
+  return lora_dev::per_device_cached(cache, [](int dev) {
+           int major = 0, minor = 0;
+           if (dev < 0 || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+             cudaGetLastError();
+             return 2;
+           }
+           return major == 9 && minor == 0 ? 1 : 2;
+         }) == 1;
 #else
   return false;
 #endif
@@ -954,14 +953,13 @@ bool wgmma_available() {
 namespace {
 
 int num_sms_cached() {
-  static int n = [] {
-    int dev = 0, v = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-      return v;
+  static std::atomic<int> cache[64];
+  return lora_dev::per_device_cached(cache, [](int dev) {
+    int v = 0;
+    if (dev >= 0 && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0) return v;
     cudaGetLastError();
-    return 132;
-  }();
-  return n;
+    return 132;  // the H200's count: only a fallback, the launch itself would then fail and say why
+  });
 }
 
 template <class T, int BN, bool VEC>
@@ -969,12 +967,8 @@ void launch_mma_bn(const ShrinkParams& p, const H::MmaConfig& c, cudaStream_t st
   constexpr int smem_pipe = H::kMmaStages * (H::kMmaBM + BN) * H::kMmaBK * 2;
   constexpr int smem_red = 4 * H::kMmaBM * (BN + 1) * 4;
   constexpr int smem = smem_pipe > smem_red ? smem_pipe : smem_red;
-  static bool attr = [] {
-    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_mma_kernel<T, BN, VEC>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    return true;
-  }();
-  (void)attr;
+  static std::atomic<uint64_t> attr{0};
+  lora_dev::ensure_smem(shrink_mma_kernel<T, BN, VEC>, smem, attr);
   ShrinkParams q = p;
   q.nrc = c.nrc;
   q.ktiles_per_split = c.ktiles_per_split;
@@ -1001,12 +995,8 @@ void launch_mma(const ShrinkParams& p, bool vec, cudaStream_t st) {
 
 template <class T, int NGW, int ST, int BM, bool WK = false, int WGN = 0>
 void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
-  static bool attr = [&] {
-    PUNICA_CUDA_CHECK(cudaFuncSetAttribute(shrink_fused_kernel<T, NGW, ST, BM, WK, WGN>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)));
-    return true;
-  }();
-  (void)attr;
+  static std::atomic<uint64_t> attr{0};  // c.smem is a function of the template arguments
+  lora_dev::ensure_smem(shrink_fused_kernel<T, NGW, ST, BM, WK, WGN>, c.smem, attr);
   ShrinkParams q = p;
   q.ktiles_per_split = c.ktiles_per_split;
   q.stream_k = c.stream_k ? 1 : 0;
