@@ -249,9 +249,10 @@ void perf_shape(const PerfShape& p) {
                 {"shrink+expand", fl, cold_us(both, flush), graph_us(both, 20, 7)},
                 {"add_lora_linear", fl, cold_us(lin, flush), graph_us(lin, 20, 7)}};
   if (p.none_pct > 0) {  // the layer shapes: also timed as punica-bench times a layer's LoRA part
-    for (const Row& r : rows) {
-      const std::string n = r.name;
-      const double s = n == "shrink" ? stream_us(sh) : n == "expand" ? stream_us(ex) : n == "shrink+expand" ? stream_us(both) : stream_us(lin);
+    const std::function<void(cudaStream_t)> calls[] = {sh, ex, both, lin};  // rows' order
+    for (int i = 0; i < 4; ++i) {
+      const Row& r = rows[i];
+      const double s = stream_us(calls[i]);
       std::printf("PERFLAYER T=%-5d none=%d%% S=%d N=%-5lld %-16s floor %8.2f us  cold %8.2f  graph %8.2f  stream %8.2f us (%.0f%% of floor)\n",
                   p.T, p.none_pct, S, (long long)total, r.name, r.floor, r.cold, r.graph, s, 100.0 * r.floor / s);
     }

@@ -154,6 +154,19 @@ struct FusedConfig {
 };
 constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block at least (device side)
 
+// Split-K over the k-tiles when the token tiles fill fewer than `target` blocks: up to ~target
+// blocks, at least 4 k-tiles per split, at most 16 splits (both tile kinds of fused_config).
+inline void set_split_k(FusedConfig& c, int64_t tiles, int64_t ktiles, int64_t target, bool allow_split) {
+  int64_t ks = 1;
+  if (allow_split && tiles < target) {
+    ks = (target + tiles - 1) / std::max<int64_t>(tiles, 1);
+    ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / 4));
+    ks = std::max<int64_t>(1, std::min<int64_t>(ks, 16));
+  }
+  c.ktiles_per_split = int((ktiles + ks - 1) / ks);
+  c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
+}
+
 // bm = 128 (experimental, ShrinkKernel::fused128): 4 x 2 warps, a pass covers 2 * ngw groups of 16
 // columns; only for adapters of at most 6 groups (more falls back to bm = 64).
 // stream_k: instead of a split-K grid, one block per resident slot (blocks per SM by shared memory,
@@ -182,10 +195,7 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
       c.sk_blocks = int(slots);
       return c;
     }
-    int64_t ks = 1;
-    if (allow_split && tiles < slots) ks = std::max<int64_t>(1, std::min<int64_t>({(slots + tiles - 1) / tiles, ktiles / 4, 16}));
-    c.ktiles_per_split = int((ktiles + ks - 1) / ks);
-    c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
+    set_split_k(c, tiles, ktiles, slots, allow_split);
     return c;
   }
   const int ng = S * ((max_rank + 15) / 16);
@@ -202,7 +212,6 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   }
   const int64_t ktiles = std::max<int64_t>(1, (K + 63) / 64);
   const int64_t tiles = (T + c.bm - 1) / c.bm;
-  int64_t ks = 1;
   // Under ~0.9 wave of token tiles: split K to ~2 blocks per SM (measured best at T=2048: a finer
   // split, 13-way, was 10-25% slower there for r=64, git c8d63ac). From ~1 to 3 waves of tiles:
   // ncu on the H200 (T=8192, qkv r=16, 32 adapters) showed 161 blocks, 12.5% achieved occupancy
@@ -222,13 +231,7 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
     c.sk_blocks = int(resident * int64_t(num_sms));
     return c;  // ksplit = 1, ktiles_per_split unused
   }
-  if (allow_split && tiles < target) {
-    ks = (target + tiles - 1) / std::max<int64_t>(tiles, 1);
-    ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / 4));
-    ks = std::max<int64_t>(1, std::min<int64_t>(ks, 16));
-  }
-  c.ktiles_per_split = int((ktiles + ks - 1) / ks);
-  c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
+  set_split_k(c, tiles, ktiles, target, allow_split);
   // The split-K grid is cut for ceil(T/64) tiles, but every adapter owns at least one (partial)
   // tile: with many adapters and few tokens the real (tile, split) blocks pass one wave of
   // resident blocks and a thin second wave follows. Stream-K there (one wave, tiles counted on the

@@ -135,6 +135,19 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// An ST-stage cp.async ring: the prologue loads stages 0..ST-2 (those below n) with one commit
+// group each, empty groups included, so that cp_async_wait<ST - 2> means "stage it landed" in every
+// iteration; ring_next advances a stage index.
+template <int ST, class F>
+__device__ __forceinline__ void ring_prologue(int n, F&& load) {
+#pragma unroll
+  for (int st = 0; st < ST - 1; ++st) {
+    if (st < n) load(st);
+    cp_async_commit();
+  }
+}
+template <int ST>
+__device__ __forceinline__ uint32_t ring_next(uint32_t s) { return s + 1 == ST ? 0 : s + 1; }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -221,11 +221,7 @@ __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[m][i][c] = 0.f;
 
-#pragma unroll
-  for (int st = 0; st < ST - 1; ++st) {
-    if (st < nkt) load_stage(st, kt0 + st);
-    cp_async_commit();
-  }
+  ring_prologue<ST>(nkt, [&](int st) { load_stage(st, kt0 + st); });
   // Each warp owns the whole 64 x BN tile for k16 step `warp` of every stage (intra-block split-K):
   // B fragments are reused over 4 m-tiles, a quarter of the shared-memory reads per mma.
   for (int it = 0; it < nkt; ++it) {
@@ -415,11 +411,7 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
     };
     float acc[2][NGW][2][4] = {};
 
-#pragma unroll
-    for (int st = 0; st < ST - 1; ++st) {
-      if (st < nkt) load_stage(st, kt0 + st);
-      cp_async_commit();
-    }
+    ring_prologue<ST>(nkt, [&](int st) { load_stage(st, kt0 + st); });
     for (int it = 0; it < nkt; ++it) {
       cp_async_wait<ST - 2>();
       __syncthreads();
@@ -575,11 +567,7 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
     const uint32_t ao = s_a + uint32_t(swz((mi >> 1) * 8 + (lane & 7), wk * 2 + (mi & 1))) * 16u;
     float acc[2][NGP][2][4] = {};
 
-#pragma unroll
-    for (int st = 0; st < ST - 1; ++st) {
-      if (st < nkt) load_stage(uint32_t(st));
-      cp_async_commit();
-    }
+    ring_prologue<ST>(nkt, [&](int st) { load_stage(uint32_t(st)); });
     uint32_t rd = 0, wr = ST - 1;
     for (int it = 0; it < nkt; ++it) {
       cp_async_wait<ST - 2>();
@@ -601,8 +589,8 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
       }
       if (it + ST - 1 < nkt) load_stage(wr);
       cp_async_commit();
-      rd = rd + 1 == ST ? 0 : rd + 1;
-      wr = wr + 1 == ST ? 0 : wr + 1;
+      rd = ring_next<ST>(rd);
+      wr = ring_next<ST>(wr);
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with the stages: the reduction reuses them
@@ -759,11 +747,7 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
     const int g = tid >> 7;  // warpgroup: tokens 64g..64g+63
     const uint64_t dx0 = wg::desc_k128(s0 + uint32_t(g) * 8192u), da0 = wg::desc_k128(s0 + XB);
     float acc[N / 2] = {};
-#pragma unroll
-    for (int st = 0; st < ST - 1; ++st) {
-      if (st < nkt) load_stage(uint32_t(st));
-      cp_async_commit();
-    }
+    ring_prologue<ST>(nkt, [&](int st) { load_stage(uint32_t(st)); });
     uint32_t rd = 0, wr = ST - 1;
     for (int it = 0; it < nkt; ++it) {
       cp_async_wait<ST - 2>();
@@ -779,8 +763,8 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
       cp_async_commit();
       wg::wait<0>();
       wg::fence_operands(acc);
-      rd = rd + 1 == ST ? 0 : rd + 1;
-      wr = wr + 1 == ST ? 0 : wr + 1;
+      rd = ring_next<ST>(rd);
+      wr = ring_next<ST>(wr);
     }
     cp_async_wait<0>();
     __syncthreads();  // the next tile's prologue overwrites the stages

@@ -224,16 +224,20 @@ TEST(LoraShrink, LargePrefillMixed) {
   run_case(q16);
 }
 
+// A case through one explicit kernel kind, with NaN in the padding past the true ranks (unless no
+// token has an adapter).
+void run_forced(detail::ShrinkKernel k, ShrinkCase c) {
+  c.kernel = k;
+  c.nan_pad = !c.all_none;
+  run_case(c);
+}
+
 // The warp-k tile (adapters of <= 4 groups of 16 columns over all slices): split-K (T=300),
 // stream-K (T=8000), no split (K=192: 3 k-tiles), a K % 64 tail (K=4104), R % 4 != 0 (scalar
 // stores and atomics), mixed true ranks with NaN padding, every token without an adapter.
 TEST(LoraShrink, WarpKTile) {
   using K = detail::ShrinkKernel;
-  auto wk = [](ShrinkCase c) {
-    c.kernel = K::fused_wk;
-    c.nan_pad = !c.all_none;
-    run_case(c);
-  };
+  auto wk = [](ShrinkCase c) { run_forced(K::fused_wk, c); };
   wk({DType::bf16, DType::f32, 300, 4096, 3, {16, 8, 0, 13, 1}});
   wk({DType::f16, DType::f32, 300, 192, 3, {16, 8, 0, 13, 1}});
   wk({DType::bf16, DType::f32, 1000, 4104, 1, {64, 33, 0, 7}});
@@ -309,11 +313,7 @@ TEST(LoraShrink, WgmmaUnit) {
 // mixed true ranks with NaN padding, every token without an adapter.
 TEST(LoraShrink, WgmmaTile) {
   using K = detail::ShrinkKernel;
-  auto wg = [](ShrinkCase c) {
-    c.kernel = K::fused_wg;
-    c.nan_pad = !c.all_none;
-    run_case(c);
-  };
+  auto wg = [](ShrinkCase c) { run_forced(K::fused_wg, c); };
   wg({DType::bf16, DType::f32, 300, 4096, 3, {16, 8, 0, 13, 1}});   // N = 48
   wg({DType::f16, DType::f32, 300, 192, 3, {16, 8, 0, 13, 1}});
   wg({DType::bf16, DType::f32, 300, 192, 2, {16, 5, 0}});           // N = 32
