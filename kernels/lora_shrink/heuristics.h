@@ -57,6 +57,9 @@ inline MmaConfig mma_config(int64_t T, int64_t K, int S, int max_rank, int num_s
   return c;
 }
 
+// Groups of 16 rank columns an adapter of max_rank spans over all S slices (the padded width / 16).
+inline int column_groups(int S, int max_rank) { return S * ((max_rank + 15) / 16); }
+
 // Automatic choice of the fused kernel (measured on H200, H=4096, cold): it beats the per-slice mma
 // tiles once the adapter has >= 3 column groups of 16 over all slices (S=3 r=16: 42 vs 53 us;
 // S=3 r=64: 65 vs 86 us; S=1 r=64: 44 vs 51 us) but not for S=1 r=16 (41 vs 33 us: one block per
@@ -71,7 +74,7 @@ inline bool auto_fused(int64_t T, int S, int max_rank, int max_loras = 0) {
   if (T < kFusedMinTokens) return false;
   if (T <= kDecodeMaxTokens) return true;
   if (T <= kFusedFewGroupsMaxTokens && max_loras <= 8) return true;
-  return S * ((max_rank + 15) / 16) >= 3;
+  return column_groups(S, max_rank) >= 3;
 }
 
 // Stream-K for the automatic fused path when each resident block would get >= 16 k-tiles (T=8192,
@@ -94,7 +97,7 @@ constexpr int kWkStages = 7;
 constexpr int kWkLdr = kWkMaxGroups * 16 + 8;
 constexpr std::size_t kWkSmem = std::max<std::size_t>(std::size_t(kWkStages) * (64 * 128 + kWkMaxGroups * 16 * 128),
                                                       std::size_t(4) * 64 * kWkLdr * 4);
-inline bool wk_fits(int S, int max_rank) { return S * ((max_rank + 15) / 16) <= kWkMaxGroups; }
+inline bool wk_fits(int S, int max_rank) { return column_groups(S, max_rank) <= kWkMaxGroups; }
 
 // The warp-k tile on the automatic path: adapters of 2 to 4 column groups over all slices (qkv r=16,
 // gate_up r=16, one slice r=64) where stream-K takes long ranges (auto_stream_k, with its 2 blocks
@@ -104,7 +107,7 @@ inline bool wk_fits(int S, int max_rank) { return S * ((max_rank + 15) / 16) <= 
 // Not for one group (T=8192 H=8192 r=16: 40.4-42.8 against 39.8-40.9) nor shorter ranges (T=2048
 // qkv r=16: 15.2-15.9 against 12.6, its 4-way k reduction and 2 blocks per SM over 8 k-tiles).
 inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
-  return S * ((max_rank + 15) / 16) >= 2 && wk_fits(S, max_rank) && auto_stream_k(T, K, 2 * int64_t(num_sms));
+  return column_groups(S, max_rank) >= 2 && wk_fits(S, max_rank) && auto_stream_k(T, K, 2 * int64_t(num_sms));
 }
 
 // Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per
@@ -116,7 +119,7 @@ inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
 // 32, 48, 64, 192; stages of 128 x-rows and N A-rows (+1 KB to align them to 1024 bytes); two
 // blocks per SM up to N = 64 (4 stages, <= 97 KB), one above (5 stages, 201 KB; 96 accumulators).
 inline int wg_columns(int S, int max_rank) {
-  const int n = 16 * S * ((max_rank + 15) / 16);
+  const int n = 16 * column_groups(S, max_rank);
   return (n == 32 || n == 48 || n == 64 || n == 192) ? n : 0;
 }
 constexpr int wg_stages(int n) { return n > 64 ? 5 : 4; }
@@ -198,7 +201,7 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
     set_split_k(c, tiles, ktiles, slots, allow_split);
     return c;
   }
-  const int ng = S * ((max_rank + 15) / 16);
+  const int ng = column_groups(S, max_rank);
   c.bm = bm == 128 && ng <= 6 ? 128 : kFusedBM;
   const int wn = 8 / (c.bm / 32);  // warps along the column groups
   c.ngw = ng <= wn ? 1 : ng <= 2 * wn ? 2 : kFusedMaxNGW;

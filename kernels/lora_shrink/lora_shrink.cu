@@ -669,9 +669,6 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
 // 128 bytes, 1024-byte aligned (the swizzle atom), written by cp.async in the swz() layout.
 // ptxas (sm_90a): 82 / 89 / 96 / 177 registers for N = 32 / 48 / 64 / 192, no spills. Measured
 // against the warp-k tile and kept variants: NOTES v10.
-template <int N, int ST>
-constexpr std::size_t wg_smem_bytes() { return std::size_t(ST) * (128 * 128 + N * 128) + 1024; }
-
 template <class T, int N, int ST>
 __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* smem_raw, int entry, int tile,
                                               int64_t kt0, int64_t kt1, bool split) {
@@ -681,6 +678,7 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
   constexpr int BM = 128;
   constexpr uint32_t XB = BM * 128, SB = XB + N * 128;  // bytes per stage (multiples of 1024)
   static_assert(N % 16 == 0 && (N * 128) % 1024 == 0, "whole swizzle atoms");
+  static_assert(std::size_t(ST) * SB + 1024 <= H::wg_smem(N), "the launch's shared memory (heuristics.h) holds the stages");
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const TileRows tr = tile_rows(p, entry, tile, BM);
   const int l = tr.l, rows = tr.rows, start = tr.start;
@@ -998,8 +996,6 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
 template <class T>
 void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t st) {
   if (c.wg_n > 0) {
-    static_assert(wg_smem_bytes<48, H::wg_stages(48)>() == H::wg_smem(48) && wg_smem_bytes<192, H::wg_stages(192)>() == H::wg_smem(192),
-                  "heuristics' shared memory of the wgmma tile");
     switch (c.wg_n) {
       case 32: return launch_fused_t<T, 1, H::wg_stages(32), 128, false, 32>(p, c, st);
       case 48: return launch_fused_t<T, 1, H::wg_stages(48), 128, false, 48>(p, c, st);
@@ -1052,12 +1048,13 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
                           kind == K::fused_wg || wg ||
                           (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
   if (fused_ok && want_fused) {
-    const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, num_sms_cached(),
+    const int sms = num_sms_cached();
+    const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, sms,
                                              kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, as_auto,
                                              a.max_loras,
                                              kind == K::fused_wk ||
                                                  (kind == K::automatic && !wg && H::auto_wk(a.num_tokens, a.hidden, a.num_slices,
-                                                                                            a.max_rank, num_sms_cached())),
+                                                                                            a.max_rank, sms)),
                                              wg);
     if (c.ksplit > 1 || c.stream_k) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);

@@ -232,6 +232,17 @@ void run_forced(detail::ShrinkKernel k, ShrinkCase c) {
   run_case(c);
 }
 
+// Two cases every forced tile test runs: stream-K at T=8000 over 32 adapters of ranks up to 16 (one
+// without rank), and every token without an adapter.
+void run_forced_streamk_and_none(detail::ShrinkKernel k) {
+  std::vector<int> r16;
+  for (int l = 0; l < 32; ++l) r16.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
+  run_forced(k, {DType::bf16, DType::f32, 8000, 4096, 3, r16});
+  ShrinkCase none{DType::bf16, DType::f32, 200, 4096, 2, {16, 8}};
+  none.all_none = true;
+  run_forced(k, none);
+}
+
 // The warp-k tile (adapters of <= 4 groups of 16 columns over all slices): split-K (T=300),
 // stream-K (T=8000), no split (K=192: 3 k-tiles), a K % 64 tail (K=4104), R % 4 != 0 (scalar
 // stores and atomics), mixed true ranks with NaN padding, every token without an adapter.
@@ -244,12 +255,7 @@ TEST(LoraShrink, WarpKTile) {
   wk({DType::bf16, DType::f32, 300, 192, 2, {16, 5, 0}});
   wk({DType::bf16, DType::f32, 300, 4096, 3, {10, 3, 0}});
   wk({DType::f16, DType::f32, 77, 192, 3, {10, 3, 0}});
-  std::vector<int> r16;
-  for (int l = 0; l < 32; ++l) r16.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
-  wk({DType::bf16, DType::f32, 8000, 4096, 3, r16});
-  ShrinkCase none{DType::bf16, DType::f32, 200, 4096, 2, {16, 8}};
-  none.all_none = true;
-  wk(none);
+  run_forced_streamk_and_none(K::fused_wk);
 }
 
 // One 64-wide stage of one warpgroup through wg::Mma<bf16, 48> on tiles written in the swz() layout:
@@ -308,7 +314,7 @@ TEST(LoraShrink, WgmmaUnit) {
   EXPECT_EQ(bad, 0);
 }
 
-// The wgmma tile (experimental, 128 tokens; N = 16 * S * ceil(R/16) of 32, 48, 64 or 192): split-K,
+// The wgmma tile (128 tokens; N = 16 * S * ceil(R/16) of 32, 48, 64 or 192): split-K,
 // stream-K (T=8000), no split (K=192), a K % 64 tail, R = 10 (columns past R in the last group),
 // mixed true ranks with NaN padding, every token without an adapter.
 TEST(LoraShrink, WgmmaTile) {
@@ -322,12 +328,7 @@ TEST(LoraShrink, WgmmaTile) {
   wg({DType::bf16, DType::f32, 300, 4096, 3, {10, 3, 0}});          // R = 10
   wg({DType::bf16, DType::f32, 300, 4096, 3, {13, 5, 0}});          // R = 13: odd, scalar stores and atomics
   wg({DType::f16, DType::f32, 1000, 192, 3, {13, 5, 0}});           // odd R, no split
-  std::vector<int> r16;
-  for (int l = 0; l < 32; ++l) r16.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
-  wg({DType::bf16, DType::f32, 8000, 4096, 3, r16});
-  ShrinkCase none{DType::bf16, DType::f32, 200, 4096, 2, {16, 8}};
-  none.all_none = true;
-  wg(none);
+  run_forced_streamk_and_none(K::fused_wg);
   // the automatic path where shrink_heur::auto_wg takes the tile (qkv r=16 and r=64, 4 adapters)
   ASSERT_TRUE(shrink_heur::auto_wg(4096, 3, 16, 4) && shrink_heur::auto_wg(4096, 3, 64, 4));
   for (int R : {16, 64}) {

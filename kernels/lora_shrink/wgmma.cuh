@@ -1,6 +1,6 @@
-// wgmma (sm_90a warpgroup MMA) for the experimental shrink tile (ShrinkKernel::fused_wg): shared-
-// memory descriptors for K-major tiles of 128-byte rows in the 128-byte swizzle (the layout swz()
-// writes, on 1024-byte aligned tiles), and m64nNk16 with fp32 accumulators for N = 32, 48, 64, 192.
+// wgmma (sm_90a warpgroup MMA) for the shrink's wgmma tile (fused_tile_wg): shared-memory
+// descriptors for K-major tiles of 128-byte rows in the 128-byte swizzle (the layout swz() writes,
+// on 1024-byte aligned tiles), and m64nNk16 with fp32 accumulators for N = 32, 48, 64, 192.
 // The asm operand lists were written by a generator (one line per N, N/2 accumulators).
 #pragma once
 #include <cstdint>
