@@ -61,6 +61,9 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int lig = lane & (G - 1), cidx = lane / G;
+  // Every slot's rank up front (up to 32 slots): the slot's rank is then a shuffle, not a load that
+  // waits for the slot.
+  const int rk = lane < p.L ? p.ranks[lane] : 0;
   T* Y = static_cast<T*>(p.y) + p.col[s];
   // Old y first: its address does not depend on the slot (a -1 token's row is read, never written).
   float old[UNR][TB];
@@ -72,13 +75,10 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
       old[u][tt] = (c < Ns && p.add && tok[tt] >= 0 && (tt % G) == lig) ? to_f<T>(Y[int64_t(tok[tt]) * p.ldy + c])
                                                                         : 0.f;
   }
-  if (PER_TOKEN) {
-    l = p.meta.token_lora_mapping[tok[0]];
-    if (l < 0) return;
-  }
-  const int r = min(p.ranks[l], p.R);
-  const T* B = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
-
+  // x and B are loaded over the padded rank R before the slot's true rank r is known (their
+  // addresses need the token and the slot only), and masked to k < r afterwards with a select, so
+  // padding (0 or NaN) never reaches the sums: the rank load is off the load chain, and for one token
+  // per block x does not wait for the slot either.
   float xr[KV][TB][8];
 #pragma unroll
   for (int i = 0; i < KV; ++i)
@@ -87,11 +87,13 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int k = (lig + i * G) * 8 + e;
-        xr[i][tt][e] = (tok[tt] >= 0 && k < r)
-                           ? round_to<T>(load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k))
-                           : 0.f;
+        xr[i][tt][e] = (tok[tt] >= 0 && k < p.R) ? load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k) : 0.f;
       }
-
+  if (PER_TOKEN) {
+    l = p.meta.token_lora_mapping[tok[0]];
+    if (l < 0) return;
+  }
+  const T* B = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
   float b[UNR][KV][8];
 #pragma unroll
   for (int u = 0; u < UNR; ++u) {
@@ -101,12 +103,12 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
 #pragma unroll
     for (int i = 0; i < KV; ++i) {
       const int k = (lig + i * G) * 8;
-      if (valid && k < r) {
-        if (p.vecb && k + 8 <= r) {
+      if (valid && k < p.R) {
+        if (p.vecb) {  // R % 8 == 0: the 8 elements are in the row
           load8<T>(brow + k, b[u][i]);
         } else {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) b[u][i][e] = k + e < r ? to_f<T>(brow[k + e]) : 0.f;
+          for (int e = 0; e < 8; ++e) b[u][i][e] = k + e < p.R ? to_f<T>(brow[k + e]) : 0.f;
         }
       } else {
 #pragma unroll
@@ -114,6 +116,18 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
       }
     }
   }
+  const int rl = __shfl_sync(0xffffffffu, rk, l & 31);
+  const int r = min(p.L <= 32 ? rl : p.ranks[l], p.R);
+#pragma unroll
+  for (int i = 0; i < KV; ++i)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const bool in = (lig + i * G) * 8 + e < r;
+#pragma unroll
+      for (int tt = 0; tt < TB; ++tt) xr[i][tt][e] = in ? round_to<T>(xr[i][tt][e]) : 0.f;
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) b[u][i][e] = in ? b[u][i][e] : 0.f;
+    }
 
   float acc[UNR][TB];
 #pragma unroll

@@ -29,6 +29,9 @@ __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodePar
   pdl_wait();  // everything below may read or overwrite what the previous kernel used
   const int s = blockIdx.x % p.S;
   const int j0 = (blockIdx.x / p.S) * RB;
+  // Every slot's rank up front (up to 32 slots), issued with the slot's own load: the slot's rank is
+  // then a shuffle, and A's rows (as many as the true rank) are one dependent load from the start.
+  const int rk = int(threadIdx.x & 31) < p.L ? p.ranks[threadIdx.x & 31] : 0;
   int l;
   int tok[TB];
   if (PER_TOKEN) {
@@ -44,7 +47,8 @@ __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodePar
 #pragma unroll
     for (int tt = 0; tt < TB; ++tt) tok[tt] = tt < nt ? p.meta.sorted_token_ids[start + tt] : -1;
   }
-  const int r = l >= 0 ? min(p.ranks[l], p.R) : 0;
+  const int rl = __shfl_sync(0xffffffffu, rk, l & 31);
+  const int r = l >= 0 ? min(p.L <= 32 ? rl : p.ranks[l], p.R) : 0;
   const int nrows = max(0, min(RB, r - j0));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   TO* Y = static_cast<TO*>(p.y) + int64_t(s) * p.T * p.R;
