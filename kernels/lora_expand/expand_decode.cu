@@ -39,7 +39,9 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
   constexpr int STEP = (H::kDecThreads / 32) * CPW;
   constexpr int COLS = STEP * UNR;
   pdl_launch_dependents();
-  pdl_wait();  // everything below may read what the previous kernel on the stream wrote
+  // Until griddepcontrol.wait (pdl_wait below) this block reads only the metadata, the ranks and B,
+  // which no kernel of a LoRA op writes (the precondition in expand_decode.h), so their loads overlap
+  // the previous kernel's tail; x (add_lora_linear's shrink output) and y are read after the wait.
   int s = 0;
 #pragma unroll 1
   while (s + 1 < p.S && int(blockIdx.x) >= p.chunk0[s + 1]) ++s;
@@ -64,35 +66,12 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
   // Every slot's rank up front (up to 32 slots): the slot's rank is then a shuffle, not a load that
   // waits for the slot.
   const int rk = lane < p.L ? p.ranks[lane] : 0;
-  T* Y = static_cast<T*>(p.y) + p.col[s];
-  // Old y first: its address does not depend on the slot (a -1 token's row is read, never written).
-  float old[UNR][TB];
-#pragma unroll
-  for (int u = 0; u < UNR; ++u) {
-    const int64_t c = n0 + u * STEP + warp * CPW + cidx;
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
-      old[u][tt] = (c < Ns && p.add && tok[tt] >= 0 && (tt % G) == lig) ? to_f<T>(Y[int64_t(tok[tt]) * p.ldy + c])
-                                                                        : 0.f;
-  }
-  // x and B are loaded over the padded rank R before the slot's true rank r is known (their
-  // addresses need the token and the slot only), and masked to k < r afterwards with a select, so
-  // padding (0 or NaN) never reaches the sums: the rank load is off the load chain, and for one token
-  // per block x does not wait for the slot either.
-  float xr[KV][TB][8];
-#pragma unroll
-  for (int i = 0; i < KV; ++i)
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int k = (lig + i * G) * 8 + e;
-        xr[i][tt][e] = (tok[tt] >= 0 && k < p.R) ? load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k) : 0.f;
-      }
   if (PER_TOKEN) {
     l = p.meta.token_lora_mapping[tok[0]];
     if (l < 0) return;
   }
+  // B (and below x) over the padded rank R: the loads need the slot but not its true rank r; both
+  // are masked to k < r with a select once r is known, so padding (0 or NaN) never reaches the sums.
   const T* B = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
   float b[UNR][KV][8];
 #pragma unroll
@@ -115,6 +94,28 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
         for (int e = 0; e < 8; ++e) b[u][i][e] = 0.f;
       }
     }
+  }
+  pdl_wait();  // x and y may be written by the previous kernel on the stream
+  float xr[KV][TB][8];
+#pragma unroll
+  for (int i = 0; i < KV; ++i)
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int k = (lig + i * G) * 8 + e;
+        xr[i][tt][e] = (tok[tt] >= 0 && k < p.R) ? load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k) : 0.f;
+      }
+  T* Y = static_cast<T*>(p.y) + p.col[s];
+  // (per token: a -1 token's block has returned; token tiles: a -1 row is read, never written)
+  float old[UNR][TB];
+#pragma unroll
+  for (int u = 0; u < UNR; ++u) {
+    const int64_t c = n0 + u * STEP + warp * CPW + cidx;
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+      old[u][tt] = (c < Ns && p.add && tok[tt] >= 0 && (tt % G) == lig) ? to_f<T>(Y[int64_t(tok[tt]) * p.ldy + c])
+                                                                        : 0.f;
   }
   const int rl = __shfl_sync(0xffffffffu, rk, l & 31);
   const int r = min(p.L <= 32 ? rl : p.ranks[l], p.R);
