@@ -32,7 +32,8 @@ __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodePar
   const int s = blockIdx.x % p.S;
   const int j0 = (blockIdx.x / p.S) * RB;
   // Every slot's rank up front (up to 32 slots), issued with the slot's own load: the slot's rank is
-  // then a shuffle, and A's rows (as many as the true rank) are one dependent load from the start.
+  // then a shuffle, so that right after griddepcontrol.wait A's rows (as many as the true rank) load
+  // together with x.
   const int rk = int(threadIdx.x & 31) < p.L ? p.ranks[threadIdx.x & 31] : 0;
   int l;
   int tok[TB];
