@@ -79,8 +79,9 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     const int nsplit = detail::launch_shrink_partials(sa, static_cast<float*>(a.workspace), stream);
     detail::launch_expand_from_partials(ea, static_cast<const float*>(a.workspace), nsplit, stream);
   } else if (path == P::decode) {
-    // Both kernels are programmatic dependents: each one's launch overlaps its predecessor's tail
-    // and waits (griddepcontrol.wait) before touching memory.
+    // Both kernels are programmatic dependents: each one's launch and its metadata / rank (and the
+    // expand's B) loads overlap its predecessor's tail; each waits (griddepcontrol.wait) before
+    // reading x or touching y (preconditions in shrink_decode.h / expand_decode.h).
     detail::launch_shrink_decode(sa, stream);
     if (a.max_rank <= expand_heur::kDecMaxRank) {
       detail::launch_expand_decode(ea, stream);

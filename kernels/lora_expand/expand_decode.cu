@@ -39,7 +39,9 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
   constexpr int STEP = (H::kDecThreads / 32) * CPW;
   constexpr int COLS = STEP * UNR;
   pdl_launch_dependents();
-  pdl_wait();  // everything below may read what the previous kernel on the stream wrote
+  // Until griddepcontrol.wait (pdl_wait below) this block reads only the metadata, the ranks and B,
+  // which no kernel of a LoRA op writes (the precondition in expand_decode.h), so their loads overlap
+  // the previous kernel's tail; x (add_lora_linear's shrink output) and y are read after the wait.
   int s = 0;
 #pragma unroll 1
   while (s + 1 < p.S && int(blockIdx.x) >= p.chunk0[s + 1]) ++s;
@@ -61,37 +63,16 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int lig = lane & (G - 1), cidx = lane / G;
-  T* Y = static_cast<T*>(p.y) + p.col[s];
-  // Old y first: its address does not depend on the slot (a -1 token's row is read, never written).
-  float old[UNR][TB];
-#pragma unroll
-  for (int u = 0; u < UNR; ++u) {
-    const int64_t c = n0 + u * STEP + warp * CPW + cidx;
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
-      old[u][tt] = (c < Ns && p.add && tok[tt] >= 0 && (tt % G) == lig) ? to_f<T>(Y[int64_t(tok[tt]) * p.ldy + c])
-                                                                        : 0.f;
-  }
+  // Every slot's rank up front (up to 32 slots): the slot's rank is then a shuffle, not a load that
+  // waits for the slot.
+  const int rk = lane < p.L ? p.ranks[lane] : 0;
   if (PER_TOKEN) {
     l = p.meta.token_lora_mapping[tok[0]];
     if (l < 0) return;
   }
-  const int r = min(p.ranks[l], p.R);
+  // B (and below x) over the padded rank R: the loads need the slot but not its true rank r; both
+  // are masked to k < r with a select once r is known, so padding (0 or NaN) never reaches the sums.
   const T* B = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
-
-  float xr[KV][TB][8];
-#pragma unroll
-  for (int i = 0; i < KV; ++i)
-#pragma unroll
-    for (int tt = 0; tt < TB; ++tt)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int k = (lig + i * G) * 8 + e;
-        xr[i][tt][e] = (tok[tt] >= 0 && k < r)
-                           ? round_to<T>(load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k))
-                           : 0.f;
-      }
-
   float b[UNR][KV][8];
 #pragma unroll
   for (int u = 0; u < UNR; ++u) {
@@ -101,12 +82,12 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
 #pragma unroll
     for (int i = 0; i < KV; ++i) {
       const int k = (lig + i * G) * 8;
-      if (valid && k < r) {
-        if (p.vecb && k + 8 <= r) {
+      if (valid && k < p.R) {
+        if (p.vecb) {  // R % 8 == 0: the 8 elements are in the row
           load8<T>(brow + k, b[u][i]);
         } else {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) b[u][i][e] = k + e < r ? to_f<T>(brow[k + e]) : 0.f;
+          for (int e = 0; e < 8; ++e) b[u][i][e] = k + e < p.R ? to_f<T>(brow[k + e]) : 0.f;
         }
       } else {
 #pragma unroll
@@ -114,6 +95,40 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
       }
     }
   }
+  pdl_wait();  // x and y may be written by the previous kernel on the stream
+  float xr[KV][TB][8];
+#pragma unroll
+  for (int i = 0; i < KV; ++i)
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int k = (lig + i * G) * 8 + e;
+        xr[i][tt][e] = (tok[tt] >= 0 && k < p.R) ? load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k) : 0.f;
+      }
+  T* Y = static_cast<T*>(p.y) + p.col[s];
+  // (per token: a -1 token's block has returned; token tiles: a -1 row is read, never written)
+  float old[UNR][TB];
+#pragma unroll
+  for (int u = 0; u < UNR; ++u) {
+    const int64_t c = n0 + u * STEP + warp * CPW + cidx;
+#pragma unroll
+    for (int tt = 0; tt < TB; ++tt)
+      old[u][tt] = (c < Ns && p.add && tok[tt] >= 0 && (tt % G) == lig) ? to_f<T>(Y[int64_t(tok[tt]) * p.ldy + c])
+                                                                        : 0.f;
+  }
+  const int rl = __shfl_sync(0xffffffffu, rk, l & 31);
+  const int r = min(p.L <= 32 ? rl : p.ranks[l], p.R);
+#pragma unroll
+  for (int i = 0; i < KV; ++i)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const bool in = (lig + i * G) * 8 + e < r;
+#pragma unroll
+      for (int tt = 0; tt < TB; ++tt) xr[i][tt][e] = in ? round_to<T>(xr[i][tt][e]) : 0.f;
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) b[u][i][e] = in ? b[u][i][e] : 0.f;
+    }
 
   float acc[UNR][TB];
 #pragma unroll

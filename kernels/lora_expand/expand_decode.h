@@ -8,8 +8,11 @@
 
 namespace punica::kernels::detail {
 
-// Launched as a programmatic dependent of whatever precedes it on the stream: the kernel waits
-// (griddepcontrol.wait) before its first global read, so it is safe after any producer.
+// Launched as a programmatic dependent of whatever precedes it on the stream. Before it waits
+// (griddepcontrol.wait) it reads only the LoRA metadata, lora_ranks and B (its adapters' rows); x and
+// y come after the wait. Precondition: the metadata, ranks and B are not written by a kernel that
+// triggers its dependents early (griddepcontrol.launch_dependents). None of punica-bench's kernels
+// writes them; inputs written by copies or by ordinary kernels (which trigger at their end) are safe.
 void launch_expand_decode(const LoraExpandArgs& a, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail

@@ -26,9 +26,15 @@ __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodePar
   constexpr int NW = H::kDecThreads / 32;
   __shared__ float red[NW][RB * TB];
   pdl_launch_dependents();
-  pdl_wait();  // everything below may read or overwrite what the previous kernel used
+  // Until griddepcontrol.wait (pdl_wait below) this block reads only the metadata and the ranks, which
+  // no kernel of a LoRA op writes (the precondition in shrink_decode.h): the slot and rank loads
+  // overlap the previous kernel's tail. x, A's rows and y come after the wait.
   const int s = blockIdx.x % p.S;
   const int j0 = (blockIdx.x / p.S) * RB;
+  // Every slot's rank up front (up to 32 slots), issued with the slot's own load: the slot's rank is
+  // then a shuffle, so that right after griddepcontrol.wait A's rows (as many as the true rank) load
+  // together with x.
+  const int rk = int(threadIdx.x & 31) < p.L ? p.ranks[threadIdx.x & 31] : 0;
   int l;
   int tok[TB];
   if (PER_TOKEN) {
@@ -44,9 +50,11 @@ __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodePar
 #pragma unroll
     for (int tt = 0; tt < TB; ++tt) tok[tt] = tt < nt ? p.meta.sorted_token_ids[start + tt] : -1;
   }
-  const int r = l >= 0 ? min(p.ranks[l], p.R) : 0;
+  const int rl = __shfl_sync(0xffffffffu, rk, l & 31);
+  const int r = l >= 0 ? min(p.L <= 32 ? rl : p.ranks[l], p.R) : 0;
   const int nrows = max(0, min(RB, r - j0));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  pdl_wait();  // x may be written, and y read, by the previous kernel on the stream
   TO* Y = static_cast<TO*>(p.y) + int64_t(s) * p.T * p.R;
   if (nrows == 0) {  // rows past the true rank, or a -1 token: zeros
     if (tid < RB * TB) {

@@ -7,8 +7,11 @@
 
 namespace punica::kernels::detail {
 
-// Launched as a programmatic dependent of whatever precedes it on the stream: the kernel waits
-// (griddepcontrol.wait) before its first global access, so it is safe after any producer.
+// Launched as a programmatic dependent of whatever precedes it on the stream. Before it waits
+// (griddepcontrol.wait) it reads only the LoRA metadata and lora_ranks; x, A and y come after the wait.
+// Precondition: the metadata and ranks are not written by a kernel that triggers its dependents early
+// (griddepcontrol.launch_dependents). None of punica-bench's kernels writes them; inputs written by
+// copies or by ordinary kernels (which trigger at their end) are safe.
 void launch_shrink_decode(const LoraShrinkArgs& a, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail
