@@ -51,6 +51,22 @@ add_test(NAME cli_results_roundtrip COMMAND bash -c "
 ")
 set_tests_properties(cli_results_roundtrip PROPERTIES LABELS cli TIMEOUT 300)
 
+# The issues' targets over result files: a synthetic result with one missed target (exit 0, or 3 with
+# --strict), its JSON report written atomically, a file that is not a result (2), an unknown target
+# name (2), and the committed H200 bench and layer results (parse and evaluate).
+add_test(NAME cli_targets COMMAND bash -c "
+  set -e; rm -f ${TMPD}/t.json
+  ${EXPECT} 0 'targets met in 5 of 7' -- ${PB} targets ${TD}/targets_sample.json
+  ${EXPECT} 3 'missed back_to_back  s/lora_expand/x=1: 30.00 us > 27.00 us' -- ${PB} targets --strict --list-missed ${TD}/targets_sample.json
+  ${PB} targets -t cold --json ${TMPD}/t.json ${TD}/targets_sample.json > /dev/null
+  grep -q 'punica-bench.targets/1' ${TMPD}/t.json
+  ${EXPECT} 2 'already exists' -- ${PB} targets --json ${TMPD}/t.json ${TD}/targets_sample.json
+  ${EXPECT} 2 'schema' -- ${PB} targets ${SC}/smoke.json
+  ${EXPECT} 2 'not in' -- ${PB} targets -t nope ${TD}/targets_sample.json
+  ${EXPECT} 0 'decode_gather' -- ${PB} targets ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json ${CMAKE_SOURCE_DIR}/results/h200x2/layers_llama_decode_np2.json
+")
+set_tests_properties(cli_targets PROPERTIES LABELS cli TIMEOUT 120)
+
 # Bad input: exit 2, a message naming the file, the JSON path / field and what was expected.
 foreach(pair
     "not_json::not_json.json: .*(JSON|parse)"

@@ -14,6 +14,7 @@
 #include "apps/punica-bench/dist.h"
 #include "apps/punica-bench/problem.h"
 #include "apps/punica-bench/report.h"
+#include "apps/punica-bench/targets.h"
 #include "apps/punica-bench/runner.h"
 #include "apps/punica-bench/scenario.h"
 #include "kernels/common/error.h"
@@ -266,7 +267,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   CLI::App app{"punica-bench: check and time vLLM's multi-LoRA (Punica) kernels and TP LoRA layers\n"
-               "exit codes: 0 pass, 1 wrong result, 2 bad usage/input, 3 performance regression,\n"
+               "exit codes: 0 pass, 1 wrong result, 2 bad usage/input, 3 performance regression or missed target (targets --strict),\n"
                "            4 cannot run here (no GPU / too few ranks), 5 timeout, 6 internal/CUDA/NCCL/MPI error"};
   app.require_subcommand(1);
   CommonOpts list_o, check_o, run_o;
@@ -289,6 +290,21 @@ int main(int argc, char** argv) {
   compare->add_option("baseline", cmp_a, "Baseline result JSON")->required();
   compare->add_option("candidate", cmp_b, "Candidate result JSON")->required();
   compare->add_option("--threshold", threshold, "Slowdown in percent that counts as a regression (default 5)");
+  std::vector<std::string> tgt_in, tgt_names;
+  std::string tgt_json;
+  bool tgt_overwrite = false, tgt_strict = false, tgt_missed = false;
+  auto* targets = app.add_subcommand(
+      "targets", "Evaluate the issues' performance targets on result files (exit 3 with --strict when one is missed)");
+  targets->add_option("results", tgt_in, "Result JSON files (bench and/or layer runs)")->required();
+  targets->add_option("-t,--target", tgt_names,
+                      "Only these targets: cold, back_to_back, linear_chain_cold, linear_chain_batch, "
+                      "prefill_floor, fully_sharded, decode_gather (repeatable)")
+      ->check(CLI::IsMember({"cold", "back_to_back", "linear_chain_cold", "linear_chain_batch", "prefill_floor",
+                             "fully_sharded", "decode_gather"}));
+  targets->add_flag("--list-missed", tgt_missed, "Print every case that misses a target, with its value and bound");
+  targets->add_option("--json", tgt_json, "Also write the report as JSON (punica-bench.targets/1) here");
+  targets->add_flag("--overwrite", tgt_overwrite, "Replace an existing --json file");
+  targets->add_flag("--strict", tgt_strict, "Exit 3 when any evaluated case misses its target");
   std::string exp_in, exp_fmt = "gbench", exp_out = "-";
   bool exp_overwrite = false;
   auto* exportc = app.add_subcommand("export", "Convert a result JSON for dashboards: gbench, csv, md, bmf, gha-time, gha-throughput");
@@ -319,6 +335,14 @@ int main(int argc, char** argv) {
       std::cout << rep.text;
       PUNICA_REQUIRE(rep.matched > 0, ErrorKind::usage, "compare: no case id of " + cmp_b + " appears in " + cmp_a);
       return rep.regressions ? 3 : 0;
+    }
+    if (*targets) {
+      std::vector<nlohmann::json> docs;
+      for (const auto& f : tgt_in) docs.push_back(load_result(f));
+      const TargetsReport rep = evaluate_targets(docs, tgt_names, tgt_missed);
+      std::cout << rep.text;
+      if (!tgt_json.empty()) write_json_atomic(tgt_json, rep.doc, tgt_overwrite);
+      return tgt_strict && rep.met < rep.cases ? 3 : 0;
     }
     if (*exportc) {
       auto doc = load_result(exp_in);

@@ -1,0 +1,217 @@
+// `punica-bench targets` (targets.h): the issues' performance targets over result documents.
+#include "apps/punica-bench/targets.h"
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include "kernels/common/error.h"
+
+namespace punica::bench {
+namespace {
+
+// The number at `path`, or nan when a member is missing or not a number.
+double jnum(const nlohmann::json& j, std::initializer_list<const char*> path) {
+  const nlohmann::json* p = &j;
+  for (const char* k : path) {
+    if (!p->is_object() || !p->contains(k)) return std::numeric_limits<double>::quiet_NaN();
+    p = &(*p)[k];
+  }
+  return p->is_number() ? p->get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+std::string jstr(const nlohmann::json& j, const char* k) {
+  return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
+}
+bool timed_pass(const nlohmann::json& c) {
+  return jstr(c, "status") == "pass" && c.contains("timing") && c["timing"].is_object();
+}
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+std::string fmt(double v, int prec = 3) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+// The case id without its second segment (the op): the shape that ties a shrink, an expand and an
+// add_lora_linear case of one scenario entry together.
+std::string shape_key(const std::string& id) {
+  const auto a = id.find('/');
+  if (a == std::string::npos) return id;
+  const auto b = id.find('/', a + 1);
+  return id.substr(0, a) + (b == std::string::npos ? std::string() : id.substr(b));
+}
+
+struct Acc {
+  std::map<std::string, TargetRow> rows;  // by name + "\t" + group, in insertion-independent order
+  std::vector<std::string> order;
+  TargetRow& row(const std::string& name, const std::string& group) {
+    const std::string k = name + "\t" + group;
+    auto it = rows.find(k);
+    if (it == rows.end()) {
+      order.push_back(k);
+      it = rows.emplace(k, TargetRow{name, group}).first;
+    }
+    return it->second;
+  }
+  void add(const std::string& name, const std::string& group, bool met, const std::string& why) {
+    TargetRow& r = row(name, group);
+    ++r.cases;
+    if (met) ++r.met;
+    else r.missed.push_back(why);
+  }
+};
+
+}  // namespace
+
+TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const std::vector<std::string>& names,
+                               bool list_missed) {
+  Acc acc;
+  std::map<std::string, std::vector<double>> values;  // row key -> measured values (for the median)
+  nlohmann::json sources = nlohmann::json::array();
+  for (const auto& doc : docs) {
+    PUNICA_REQUIRE(doc.is_object() && doc.contains("cases") && doc["cases"].is_array(), ErrorKind::usage,
+                   "targets: not a punica-bench result document (no cases[])");
+    sources.push_back({{"git_sha", doc.contains("tool") ? jstr(doc["tool"], "git_sha") : std::string()},
+                       {"cases", doc["cases"].size()}});
+    const double node = jnum(doc, {"run", "ceilings", "graph_node_us"});
+    // ---- op cases
+    std::map<std::string, std::map<std::string, const nlohmann::json*>> shapes;  // shape -> op -> case
+    for (const auto& c : doc["cases"]) {
+      const std::string op = jstr(c, "op"), id = jstr(c, "id");
+      if (op != "lora_shrink" && op != "lora_expand" && op != "add_lora_linear") continue;
+      if (!timed_pass(c)) continue;
+      shapes[shape_key(id)][op] = &c;
+      const double fl = jnum(c, {"work", "floor_us"}), ff = jnum(c, {"metrics", "floor_fraction"});
+      if (fl >= 10 && ff == ff) {
+        acc.add("cold", op, ff >= 0.8, id + ": floor fraction " + fmt(ff) + " < 0.800");
+        values["cold\t" + op].push_back(ff);
+      }
+      const double bt = jnum(c, {"timing", "batch_time_us"});
+      if (bt == bt && node == node && fl == fl) {
+        const double bound = node + 1.5 + fl / 0.8;
+        acc.add("back_to_back", op, bt <= bound, id + ": " + fmt(bt, 2) + " us > " + fmt(bound, 2) + " us");
+        values["back_to_back\t" + op].push_back(bt / bound);
+      }
+    }
+    for (const auto& [key, ops] : shapes) {
+      if (ops.size() < 3) continue;
+      const auto& lin = *ops.at("add_lora_linear");
+      const auto& sh = *ops.at("lora_shrink");
+      const auto& ex = *ops.at("lora_expand");
+      const double lc = jnum(lin, {"timing", "time_us", "median"}),
+                   cc = jnum(sh, {"timing", "time_us", "median"}) + jnum(ex, {"timing", "time_us", "median"});
+      if (lc == lc && cc == cc)
+        acc.add("linear_chain_cold", "add_lora_linear", lc < cc,
+                jstr(lin, "id") + ": " + fmt(lc, 2) + " us >= " + fmt(cc, 2) + " us");
+      const double lb = jnum(lin, {"timing", "batch_time_us"}),
+                   cb = jnum(sh, {"timing", "batch_time_us"}) + jnum(ex, {"timing", "batch_time_us"});
+      if (lb == lb && cb == cb)
+        acc.add("linear_chain_batch", "add_lora_linear", lb < cb,
+                jstr(lin, "id") + ": " + fmt(lb, 2) + " us >= " + fmt(cb, 2) + " us");
+    }
+    // ---- layer cases
+    std::map<std::string, const nlohmann::json*> layer_by_id;
+    for (const auto& c : doc["cases"])
+      if (jstr(c, "op") == "layer" && timed_pass(c)) layer_by_id[jstr(c, "id")] = &c;
+    for (const auto& [id, cp] : layer_by_id) {
+      const auto& c = *cp;
+      if (!c.contains("params") || !c["params"].is_object()) continue;
+      const auto& p = c["params"];
+      const std::string phase = jstr(p, "phase"), module = jstr(p, "module");
+      const double tp = jnum(p, {"tp"}), T = jnum(p, {"num_tokens"}), L = jnum(p, {"max_loras"});
+      const bool fs = p.contains("fully_sharded") && p["fully_sharded"].is_boolean() && p["fully_sharded"].get<bool>();
+      const bool r16 = p.contains("ranks") && p["ranks"] == nlohmann::json::array({16});
+      const std::string kind = module.empty() ? jstr(p, "layer") : module;  // gqa-tiny cases name no module
+      const std::string group = kind + " tp=" + fmt(tp, 0);
+      if (phase == "prefill" && (module == "qkv" || module == "gate_up") && (tp == 1 || tp == 2) && !fs && T == 8192 &&
+          L == 8 && r16) {
+        const double ff = jnum(c, {"metrics", "lora_floor_fraction"});
+        if (ff == ff) {
+          acc.add("prefill_floor", group, ff >= 0.8, id + ": LoRA floor fraction " + fmt(ff) + " < 0.800");
+          values["prefill_floor\t" + group].push_back(ff);
+        }
+      }
+      if (fs && tp == 2) {
+        std::string plain = id;
+        const auto pos = plain.find("fully_sharded=1");
+        if (pos != std::string::npos) {
+          plain.replace(pos, 15, "fully_sharded=0");
+          auto it = layer_by_id.find(plain);
+          const double lora = jnum(c, {"timing", "lora_us"});
+          if (it != layer_by_id.end() && lora == lora) {
+            double comm = 0;
+            for (const auto& [k, v] : c["timing"].items())
+              if (k.rfind("comm_", 0) == 0 && k.rfind("comm_base_", 0) != 0 && k.size() > 3 &&
+                  k.compare(k.size() - 3, 3, "_us") == 0 && k.find("_batch") == std::string::npos && v.is_number())
+                comm += v.get<double>();
+            const double bound = 1.1 * (jnum(*it->second, {"timing", "lora_us"}) + comm);
+            if (bound == bound)
+              acc.add("fully_sharded", phase + " " + kind, lora <= bound,
+                      id + ": " + fmt(lora, 2) + " us > " + fmt(bound, 2) + " us");
+          }
+        }
+      }
+      if (fs && tp == 2 && phase == "decode") {
+        const double ag = jnum(c, {"timing", "comm_all_gather_batch_us"});
+        if (ag == ag) {
+          acc.add("decode_gather", kind, ag <= 15.0, id + ": " + fmt(ag, 2) + " us > 15 us");
+          values["decode_gather\t" + kind].push_back(ag);
+        }
+      }
+    }
+  }
+  TargetsReport rep;
+  std::set<std::string> want(names.begin(), names.end());
+  // the issues' order, each target's groups as first seen
+  static const char* const kOrder[] = {"cold", "back_to_back", "linear_chain_cold", "linear_chain_batch",
+                                       "prefill_floor", "fully_sharded", "decode_gather"};
+  auto rank = [](const std::string& k) {
+    const std::string n = k.substr(0, k.find('\t'));
+    for (int i = 0; i < 7; ++i)
+      if (n == kOrder[i]) return i;
+    return 7;
+  };
+  std::stable_sort(acc.order.begin(), acc.order.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  for (const auto& k : acc.order) {
+    TargetRow r = acc.rows.at(k);
+    if (!want.empty() && !want.count(r.name)) continue;
+    auto v = values.find(k);
+    r.median = v == values.end() ? -1 : median(v->second);
+    rep.cases += r.cases;
+    rep.met += r.met;
+    rep.rows.push_back(std::move(r));
+  }
+  PUNICA_REQUIRE(rep.cases > 0, ErrorKind::usage,
+                 "targets: no timed case that a target applies to (op cases of lora_shrink / lora_expand / "
+                 "add_lora_linear, or layer cases), or no target of that name");
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-20s %-22s %7s %7s %9s\n", "target", "group", "met", "cases", "median");
+  o << line;
+  for (const auto& r : rep.rows) {
+    std::snprintf(line, sizeof line, "%-20s %-22s %7d %7d %9s\n", r.name.c_str(), r.group.c_str(), r.met, r.cases,
+                  r.median >= 0 ? fmt(r.median).c_str() : "-");
+    o << line;
+  }
+  o << "# targets met in " << rep.met << " of " << rep.cases << " case checks"
+    << " (median: floor fraction for cold / prefill_floor, time over bound for back_to_back, us for decode_gather)\n";
+  if (list_missed)
+    for (const auto& r : rep.rows)
+      for (const auto& m : r.missed) o << "missed " << r.name << "  " << m << "\n";
+  rep.text = o.str();
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : rep.rows)
+    rows.push_back({{"target", r.name}, {"group", r.group}, {"met", r.met}, {"cases", r.cases},
+                    {"median", r.median >= 0 ? nlohmann::json(r.median) : nlohmann::json()}, {"missed", r.missed}});
+  rep.doc = {{"schema", "punica-bench.targets/1"}, {"sources", sources}, {"met", rep.met}, {"cases", rep.cases},
+             {"targets", rows}};
+  return rep;
+}
+
+}  // namespace punica::bench

@@ -1,0 +1,44 @@
+// `punica-bench targets`: the performance targets of the kernel and layer issues, evaluated on
+// result documents (punica-bench.result/1) as the issues define them, so that a dashboard or a
+// closing note reads them from one command instead of recomputing them by hand.
+//
+// Op cases (lora_shrink, lora_expand, add_lora_linear; status pass, timed):
+//   cold          metrics.floor_fraction >= 0.80 for every case with work.floor_us >= 10;
+//   back_to_back  timing.batch_time_us <= run.ceilings.graph_node_us + 1.5 + work.floor_us / 0.8;
+//   linear_chain  add_lora_linear faster than lora_shrink + lora_expand of the same shape (the case
+//                 id with its op segment removed), cold (timing.time_us.median) and back to back.
+// Layer cases (op "layer"; status pass, timed):
+//   prefill_floor  LoRA part at >= 0.80 of its floor (metrics.lora_floor_fraction) for prefill qkv
+//                  and gate_up, 8192 tokens, 8 adapters, rank 16, tp 1 and 2, plain;
+//   fully_sharded  a fully sharded tp-2 layer's LoRA part <= 1.1 x (the plain tp-2 layer's LoRA part +
+//                  the sharded LoRA's collectives, timing.comm_*_us but not the base layer's
+//                  comm_base_*);
+//   decode_gather  decode, fully sharded, tp 2: the all_gather in a CUDA graph
+//                  (timing.comm_all_gather_batch_us) <= 15 us.
+#pragma once
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+namespace punica::bench {
+
+struct TargetRow {
+  std::string name;    // cold, back_to_back, linear_chain_cold, linear_chain_batch, prefill_floor, ...
+  std::string group;   // op, or module/tp for the layer targets
+  int cases = 0, met = 0;
+  double median = -1;  // median of the measured value (cold: floor fraction), -1 when not meaningful
+  std::vector<std::string> missed;  // "id: value vs bound"
+};
+
+struct TargetsReport {
+  std::vector<TargetRow> rows;
+  int cases = 0, met = 0;  // over every row
+  std::string text;        // the table (and, with list_missed, every missed case)
+  nlohmann::json doc;      // punica-bench.targets/1
+};
+
+// Error(usage) when no document holds a case that any target applies to.
+TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const std::vector<std::string>& names,
+                               bool list_missed);
+
+}  // namespace punica::bench

@@ -1,0 +1,85 @@
+// Unit tests of `punica-bench targets` (targets.h) on small synthetic result documents whose
+// expected verdicts follow from the issues' definitions by hand.
+#include <gtest/gtest.h>
+#include <string>
+#include "apps/punica-bench/targets.h"
+#include "kernels/common/error.h"
+
+using namespace punica;
+using namespace punica::bench;
+
+namespace {
+nlohmann::json op_case(const std::string& op, double floor_us, double ff, double cold_us, double batch_us) {
+  return {{"id", "s/" + op + "/x=1"}, {"op", op}, {"status", "pass"},
+          {"work", {{"floor_us", floor_us}}}, {"metrics", {{"floor_fraction", ff}}},
+          {"timing", {{"time_us", {{"median", cold_us}}}, {"batch_time_us", batch_us}}}};
+}
+nlohmann::json layer_case(const std::string& phase, bool fs, double lora_us, nlohmann::json timing_extra, double lff = 0.5) {
+  const std::string id = phase + "_qkv/layer/model=m/module=qkv/phase=" + phase + "/tp=2/fully_sharded=" + (fs ? "1" : "0") + "/seed=0";
+  nlohmann::json t = {{"lora_us", lora_us}};
+  for (auto& [k, v] : timing_extra.items()) t[k] = v;
+  return {{"id", id}, {"op", "layer"}, {"status", "pass"},
+          {"params", {{"phase", phase}, {"module", "qkv"}, {"tp", 2}, {"fully_sharded", fs}, {"num_tokens", 8192},
+                      {"max_loras", 8}, {"ranks", {16}}}},
+          {"metrics", {{"lora_floor_fraction", lff}}}, {"timing", t}};
+}
+nlohmann::json doc(nlohmann::json cases) {
+  return {{"schema", "punica-bench.result/1"}, {"tool", {{"git_sha", "abc"}}},
+          {"run", {{"ceilings", {{"graph_node_us", 0.5}}}}}, {"cases", cases}};
+}
+const TargetRow* find(const TargetsReport& r, const std::string& name, const std::string& group) {
+  for (const auto& row : r.rows)
+    if (row.name == name && row.group == group) return &row;
+  return nullptr;
+}
+}  // namespace
+
+TEST(Targets, OpCases) {
+  // bounds: node 0.5 + 1.5 + floor / 0.8; floor 20 -> 27 us, floor 5 -> 8.25 us
+  auto d = doc({op_case("lora_shrink", 20, 0.9, 10, 26),    // cold met, batch met
+                op_case("lora_expand", 20, 0.5, 12, 30),    // cold missed, batch missed
+                op_case("add_lora_linear", 5, 0.3, 21, 8)}); // no cold target (floor < 10), batch met;
+                                                             // chain: 21 < 22 cold, 8 < 56 batch
+  const TargetsReport r = evaluate_targets({d}, {}, true);
+  ASSERT_NE(find(r, "cold", "lora_shrink"), nullptr);
+  EXPECT_EQ(find(r, "cold", "lora_shrink")->met, 1);
+  EXPECT_EQ(find(r, "cold", "lora_expand")->met, 0);
+  EXPECT_EQ(find(r, "cold", "add_lora_linear"), nullptr);
+  EXPECT_EQ(find(r, "back_to_back", "lora_shrink")->met, 1);
+  EXPECT_EQ(find(r, "back_to_back", "lora_expand")->met, 0);
+  EXPECT_EQ(find(r, "back_to_back", "add_lora_linear")->met, 1);
+  EXPECT_EQ(find(r, "linear_chain_cold", "add_lora_linear")->met, 1);
+  EXPECT_EQ(find(r, "linear_chain_batch", "add_lora_linear")->met, 1);
+  EXPECT_EQ(r.cases, 7);
+  EXPECT_EQ(r.met, 5);
+  EXPECT_NE(r.text.find("missed cold  s/lora_expand/x=1: floor fraction 0.500 < 0.800"), std::string::npos) << r.text;
+  EXPECT_EQ(r.doc["schema"], "punica-bench.targets/1");
+  // a slower add_lora_linear loses the chain comparison
+  auto d2 = doc({op_case("lora_shrink", 20, 0.9, 10, 26), op_case("lora_expand", 20, 0.5, 12, 30),
+                 op_case("add_lora_linear", 5, 0.3, 23, 60)});
+  const TargetsReport r2 = evaluate_targets({d2}, {"linear_chain_cold", "linear_chain_batch"}, false);
+  EXPECT_EQ(r2.rows.size(), 2u);
+  EXPECT_EQ(r2.met, 0);
+}
+
+TEST(Targets, LayerCases) {
+  auto d = doc({layer_case("prefill", false, 45, nlohmann::json::object(), 0.75),
+                // sharded: 70 > 1.1 x (45 + 10) = 60.5; the base layer's all-reduce (100) must not count
+                layer_case("prefill", true, 70, {{"comm_all_gather_us", 10.0}, {"comm_all_gather_batch_us", 9.0},
+                                                 {"comm_base_all_reduce_us", 100.0}}),
+                layer_case("decode", false, 5, nlohmann::json::object()),
+                layer_case("decode", true, 6, {{"comm_all_gather_us", 12.0}, {"comm_all_gather_batch_us", 16.0}})});
+  const TargetsReport r = evaluate_targets({d}, {}, false);
+  ASSERT_NE(find(r, "prefill_floor", "qkv tp=2"), nullptr);
+  EXPECT_EQ(find(r, "prefill_floor", "qkv tp=2")->met, 0);
+  EXPECT_EQ(find(r, "prefill_floor", "qkv tp=2")->cases, 1);
+  EXPECT_EQ(find(r, "fully_sharded", "prefill qkv")->met, 0);
+  EXPECT_EQ(find(r, "fully_sharded", "decode qkv")->met, 1);  // 6 <= 1.1 x (5 + 12)
+  EXPECT_EQ(find(r, "decode_gather", "qkv")->met, 0);         // 16 > 15
+}
+
+TEST(Targets, NothingToEvaluate) {
+  auto d = doc({{{"id", "s/lora_meta/x=1"}, {"op", "lora_meta"}, {"status", "pass"}, {"timing", {{"batch_time_us", 1}}}}});
+  EXPECT_THROW(evaluate_targets({d}, {}, false), Error);
+  EXPECT_THROW(evaluate_targets({nlohmann::json::object()}, {}, false), Error);
+}
