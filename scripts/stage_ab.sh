@@ -6,6 +6,7 @@
 #   scripts/stage_ab.sh lora_expand_test,add_lora_linear_test main=HEAD bulk=exp/expand-bulk
 # then on the GPU machine (carry [".carry"]):
 #   scripts/ab_device.sh OUTDIR TARGET 'GTEST_FILTER' REPS main bulk
+# (a bench A/B of punica-bench binaries: scripts/ab_bench_device.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=${1:?usage: stage_ab.sh TARGET[,TARGET...] NAME=REF [NAME=REF...]}
