@@ -47,7 +47,7 @@ std::string shape_key(const std::string& id) {
 }
 
 struct Acc {
-  std::map<std::string, TargetRow> rows;  // by name + "\t" + group, in insertion-independent order
+  std::map<std::string, TargetRow> rows;  // keyed by name + "\t" + group; `order` keeps first-seen order
   std::vector<std::string> order;
   TargetRow& row(const std::string& name, const std::string& group) {
     const std::string k = name + "\t" + group;
