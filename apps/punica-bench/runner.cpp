@@ -290,6 +290,10 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   // ---------------- check ----------------
   DeviceSet dev = upload_set(be_, P, /*guards=*/true);
   P.prepare(be_, dev.ptrs);
+  // The decode kernels read the metadata before their griddepcontrol.wait, so it must not come from
+  // the kernel directly before the op (kernels/lora_shrink/shrink_decode.h): finish it first, as the
+  // timing below does.
+  be_.synchronize();
   P.run(be_, dev.ptrs);
   be_.synchronize();
   // Host copies: actual (downloaded) and expected (reference from the same inputs).

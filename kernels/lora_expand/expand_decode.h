@@ -10,9 +10,11 @@ namespace punica::kernels::detail {
 
 // Launched as a programmatic dependent of whatever precedes it on the stream. Before it waits
 // (griddepcontrol.wait) it reads only the LoRA metadata, lora_ranks and B (its adapters' rows); x and
-// y come after the wait. Precondition: the metadata, ranks and B are not written by a kernel that
-// triggers its dependents early (griddepcontrol.launch_dependents). None of punica-bench's kernels
-// writes them; inputs written by copies or by ordinary kernels (which trigger at their end) are safe.
+// y come after the wait. Precondition: the metadata, ranks and B are not written by the kernel
+// directly before this one on the stream (in add_lora_linear: before its shrink), because a
+// programmatic dependent may start before that kernel's writes are visible. Inputs written by copies,
+// or by a kernel with an ordinary launch between it and this one, are safe; punica-bench
+// synchronizes after computing the metadata (lora_meta).
 void launch_expand_decode(const LoraExpandArgs& a, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail

@@ -9,9 +9,11 @@ namespace punica::kernels::detail {
 
 // Launched as a programmatic dependent of whatever precedes it on the stream. Before it waits
 // (griddepcontrol.wait) it reads only the LoRA metadata and lora_ranks; x, A and y come after the wait.
-// Precondition: the metadata and ranks are not written by a kernel that triggers its dependents early
-// (griddepcontrol.launch_dependents). None of punica-bench's kernels writes them; inputs written by
-// copies or by ordinary kernels (which trigger at their end) are safe.
+// Precondition: the metadata and ranks are not written by the kernel directly before this one on
+// the stream, because a programmatic dependent may start before that kernel's writes are visible
+// (and add_lora_linear's expand, which starts during this kernel, may not see them either). Inputs
+// written by copies, or by a kernel with an ordinary launch between it and this one, are safe;
+// punica-bench synchronizes after computing the metadata (lora_meta).
 void launch_shrink_decode(const LoraShrinkArgs& a, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail
