@@ -1,5 +1,8 @@
 // Result document, table, exporters and compare (see report.h).
 #include "apps/punica-bench/report.h"
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <nccl.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -21,7 +24,15 @@ std::string num(const nlohmann::json& v, int prec = 4) {
   std::snprintf(b, sizeof b, "%.*g", prec, v.get<double>());
   return b;
 }
-const nlohmann::json& at(const nlohmann::json& j, std::initializer_list<const char*> path) {
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) { if (c == '"') o += '"'; o += c; }
+  return o + "\"";
+}
+}  // namespace
+
+const nlohmann::json& json_at(const nlohmann::json& j, std::initializer_list<const char*> path) {
   static const nlohmann::json null;
   const nlohmann::json* p = &j;
   for (auto* k : path) {
@@ -30,13 +41,20 @@ const nlohmann::json& at(const nlohmann::json& j, std::initializer_list<const ch
   }
   return *p;
 }
-std::string csv_escape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) { if (c == '"') o += '"'; o += c; }
-  return o + "\"";
+
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) { return v[std::min(v.size() - 1, std::size_t(p * double(v.size() - 1) + 0.5))]; };
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  s.p10 = q(0.1); s.p90 = q(0.9); s.min = v.front(); s.max = v.back();
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  double var = 0;
+  for (double x : v) var += (x - s.mean) * (x - s.mean);
+  s.stdev = std::sqrt(var / double(v.size()));
+  return s;
 }
-}  // namespace
 
 nlohmann::json tool_info() {
   int rt = 0;
@@ -103,14 +121,14 @@ std::string format_table(const nlohmann::json& doc) {
   std::ostringstream o;
   const auto& tool = doc["tool"];
   o << "# punica-bench " << tool.value("version", "") << " (git " << tool.value("git_sha", "")
-    << (tool.value("git_dirty", false) ? "+dirty" : "") << "), backend " << at(doc, {"run", "backend"}).get<std::string>()
-    << ", ranks " << at(doc, {"run", "world_size"}) << "\n";
+    << (tool.value("git_dirty", false) ? "+dirty" : "") << "), backend " << json_at(doc, {"run", "backend"}).get<std::string>()
+    << ", ranks " << json_at(doc, {"run", "world_size"}) << "\n";
   o << "# cuda " << tool.value("cuda_runtime", "") << ", nccl " << tool.value("nccl", "") << ", mpi "
-    << at(doc, {"run", "mpi"}).get<std::string>() << "\n";
+    << json_at(doc, {"run", "mpi"}).get<std::string>() << "\n";
   for (auto& d : doc["devices"])
     o << "# rank " << d.value("rank", 0) << ": " << d.value("host", "") << " " << d.value("name", "")
       << (d.contains("pci_bus_id") ? " " + d["pci_bus_id"].get<std::string>() : "") << "\n";
-  const auto& c = at(doc, {"run", "ceilings"});
+  const auto& c = json_at(doc, {"run", "ceilings"});
   o << "# ceilings: copy " << num(c["copy_gb_per_s"]) << " GB/s, bf16 gemm " << num(c["gemm_bf16_tflops"])
     << " TFLOP/s, graph node " << num(c["graph_node_us"]) << " us\n";
   char line[512];
@@ -119,16 +137,16 @@ std::string format_table(const nlohmann::json& doc) {
                 "xcuBLAS", "id");
   o << line;
   for (auto& r : doc["cases"]) {
-    std::string ff = at(r, {"metrics", "floor_fraction"}).is_number()
-                         ? num(at(r, {"metrics", "floor_fraction"}).get<double>() * 100, 3) : "-";
+    std::string ff = json_at(r, {"metrics", "floor_fraction"}).is_number()
+                         ? num(json_at(r, {"metrics", "floor_fraction"}).get<double>() * 100, 3) : "-";
     std::snprintf(line, sizeof line, "%-6s %-24s %7s %5s %8s %9s %10s %10s %10s %7s %9s %7s  %s\n",
                   r.value("status", "").c_str(), r.value("op", "").c_str(),
-                  num(at(r, {"params", "num_tokens"}), 7).c_str(),
-                  at(r, {"params", "dtype"}).is_string() ? at(r, {"params", "dtype"}).get<std::string>().c_str() : "-",
-                  num(at(r, {"check", "nwrong"}), 8).c_str(), num(at(r, {"check", "max_rel_err"}), 2).c_str(),
-                  num(at(r, {"timing", "time_us", "median"})).c_str(), num(at(r, {"timing", "batch_time_us"})).c_str(),
-                  num(at(r, {"work", "floor_us"})).c_str(), ff.c_str(), num(at(r, {"metrics", "gb_per_s"})).c_str(),
-                  num(at(r, {"metrics", "speedup_vs_cublas"}), 3).c_str(), r.value("id", "").c_str());
+                  num(json_at(r, {"params", "num_tokens"}), 7).c_str(),
+                  json_at(r, {"params", "dtype"}).is_string() ? json_at(r, {"params", "dtype"}).get<std::string>().c_str() : "-",
+                  num(json_at(r, {"check", "nwrong"}), 8).c_str(), num(json_at(r, {"check", "max_rel_err"}), 2).c_str(),
+                  num(json_at(r, {"timing", "time_us", "median"})).c_str(), num(json_at(r, {"timing", "batch_time_us"})).c_str(),
+                  num(json_at(r, {"work", "floor_us"})).c_str(), ff.c_str(), num(json_at(r, {"metrics", "gb_per_s"})).c_str(),
+                  num(json_at(r, {"metrics", "speedup_vs_cublas"}), 3).c_str(), r.value("id", "").c_str());
     o << line;
   }
   const auto& s = doc["summary"];
@@ -142,7 +160,7 @@ std::string export_gbench(const nlohmann::json& doc) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   nlohmann::json out;
-  out["context"] = {{"date", at(doc, {"run", "started_at"}).is_string() ? at(doc, {"run", "started_at"}) : nlohmann::json("")},
+  out["context"] = {{"date", json_at(doc, {"run", "started_at"}).is_string() ? json_at(doc, {"run", "started_at"}) : nlohmann::json("")},
                     {"host_name", host},
                     {"executable", "punica-bench"},
                     {"num_cpus", 1},
@@ -158,17 +176,17 @@ std::string export_gbench(const nlohmann::json& doc) {
     if (st == "skip") continue;
     nlohmann::json b = {{"name", r["id"]}, {"run_name", r["id"]}, {"run_type", "iteration"}, {"repetitions", 1},
                         {"repetition_index", 0}, {"threads", 1}, {"time_unit", "us"}};
-    const auto& med = at(r, {"timing", "time_us", "median"});
-    b["iterations"] = at(r, {"timing", "iters"}).is_number() ? at(r, {"timing", "iters"}) : nlohmann::json(0);
+    const auto& med = json_at(r, {"timing", "time_us", "median"});
+    b["iterations"] = json_at(r, {"timing", "iters"}).is_number() ? json_at(r, {"timing", "iters"}) : nlohmann::json(0);
     b["real_time"] = med.is_number() ? med.get<double>() : 0.0;
     b["cpu_time"] = b["real_time"];
-    if (at(r, {"metrics", "gb_per_s"}).is_number()) b["bytes_per_second"] = at(r, {"metrics", "gb_per_s"}).get<double>() * 1e9;
-    if (at(r, {"metrics", "tokens_per_s"}).is_number()) b["items_per_second"] = at(r, {"metrics", "tokens_per_s"});
-    if (at(r, {"check", "nwrong"}).is_number()) b["nwrong"] = at(r, {"check", "nwrong"});
-    if (at(r, {"metrics", "floor_fraction"}).is_number()) b["floor_fraction"] = at(r, {"metrics", "floor_fraction"});
+    if (json_at(r, {"metrics", "gb_per_s"}).is_number()) b["bytes_per_second"] = json_at(r, {"metrics", "gb_per_s"}).get<double>() * 1e9;
+    if (json_at(r, {"metrics", "tokens_per_s"}).is_number()) b["items_per_second"] = json_at(r, {"metrics", "tokens_per_s"});
+    if (json_at(r, {"check", "nwrong"}).is_number()) b["nwrong"] = json_at(r, {"check", "nwrong"});
+    if (json_at(r, {"metrics", "floor_fraction"}).is_number()) b["floor_fraction"] = json_at(r, {"metrics", "floor_fraction"});
     if (st != "pass") {
       b["error_occurred"] = true;
-      b["error_message"] = st == "fail" ? "wrong result: nwrong=" + num(at(r, {"check", "nwrong"}), 12)
+      b["error_message"] = st == "fail" ? "wrong result: nwrong=" + num(json_at(r, {"check", "nwrong"}), 12)
                                         : r.value("error", std::string("error"));
     }
     out["benchmarks"].push_back(b);
@@ -189,16 +207,16 @@ std::string export_csv(const nlohmann::json& doc) {
   };
   for (auto& r : doc["cases"]) {
     o << csv_escape(r.value("id", "")) << "," << r.value("op", "") << "," << r.value("status", "") << ","
-      << cell(at(r, {"params", "num_tokens"})) << "," << cell(at(r, {"params", "dtype"})) << ","
-      << cell(at(r, {"params", "tp"})) << "," << cell(at(r, {"params", "fully_sharded"})) << ","
-      << cell(at(r, {"params", "layer"})) << "," << cell(at(r, {"check", "nwrong"})) << ","
-      << cell(at(r, {"check", "max_abs_err"})) << "," << cell(at(r, {"check", "max_rel_err"})) << ","
-      << cell(at(r, {"timing", "time_us", "median"})) << "," << cell(at(r, {"timing", "time_us", "p10"})) << ","
-      << cell(at(r, {"timing", "time_us", "p90"})) << "," << cell(at(r, {"timing", "batch_time_us"})) << ","
-      << cell(at(r, {"work", "floor_us"})) << "," << cell(at(r, {"metrics", "floor_fraction"})) << ","
-      << cell(at(r, {"metrics", "gb_per_s"})) << "," << cell(at(r, {"metrics", "tflops"})) << ","
-      << cell(at(r, {"metrics", "tokens_per_s"})) << "," << cell(at(r, {"metrics", "speedup_vs_cublas"})) << ","
-      << cell(at(r, {"metrics", "speedup_vs_cublas_grouped"})) << "," << cell(r.value("skip_reason", nlohmann::json()))
+      << cell(json_at(r, {"params", "num_tokens"})) << "," << cell(json_at(r, {"params", "dtype"})) << ","
+      << cell(json_at(r, {"params", "tp"})) << "," << cell(json_at(r, {"params", "fully_sharded"})) << ","
+      << cell(json_at(r, {"params", "layer"})) << "," << cell(json_at(r, {"check", "nwrong"})) << ","
+      << cell(json_at(r, {"check", "max_abs_err"})) << "," << cell(json_at(r, {"check", "max_rel_err"})) << ","
+      << cell(json_at(r, {"timing", "time_us", "median"})) << "," << cell(json_at(r, {"timing", "time_us", "p10"})) << ","
+      << cell(json_at(r, {"timing", "time_us", "p90"})) << "," << cell(json_at(r, {"timing", "batch_time_us"})) << ","
+      << cell(json_at(r, {"work", "floor_us"})) << "," << cell(json_at(r, {"metrics", "floor_fraction"})) << ","
+      << cell(json_at(r, {"metrics", "gb_per_s"})) << "," << cell(json_at(r, {"metrics", "tflops"})) << ","
+      << cell(json_at(r, {"metrics", "tokens_per_s"})) << "," << cell(json_at(r, {"metrics", "speedup_vs_cublas"})) << ","
+      << cell(json_at(r, {"metrics", "speedup_vs_cublas_grouped"})) << "," << cell(r.value("skip_reason", nlohmann::json()))
       << "\n";
   }
   return o.str();
@@ -209,12 +227,12 @@ std::string export_md(const nlohmann::json& doc) {
   o << "| id | status | tokens | time (µs) | batch (µs) | floor (µs) | % of floor | GB/s | × cuBLAS | nwrong |\n";
   o << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (auto& r : doc["cases"]) {
-    const auto& ff = at(r, {"metrics", "floor_fraction"});
-    o << "| `" << r.value("id", "") << "` | " << r.value("status", "") << " | " << num(at(r, {"params", "num_tokens"}), 8)
-      << " | " << num(at(r, {"timing", "time_us", "median"})) << " | " << num(at(r, {"timing", "batch_time_us"}))
-      << " | " << num(at(r, {"work", "floor_us"})) << " | " << (ff.is_number() ? num(ff.get<double>() * 100, 3) : "-")
-      << " | " << num(at(r, {"metrics", "gb_per_s"})) << " | " << num(at(r, {"metrics", "speedup_vs_cublas"}), 3)
-      << " | " << num(at(r, {"check", "nwrong"}), 10) << " |\n";
+    const auto& ff = json_at(r, {"metrics", "floor_fraction"});
+    o << "| `" << r.value("id", "") << "` | " << r.value("status", "") << " | " << num(json_at(r, {"params", "num_tokens"}), 8)
+      << " | " << num(json_at(r, {"timing", "time_us", "median"})) << " | " << num(json_at(r, {"timing", "batch_time_us"}))
+      << " | " << num(json_at(r, {"work", "floor_us"})) << " | " << (ff.is_number() ? num(ff.get<double>() * 100, 3) : "-")
+      << " | " << num(json_at(r, {"metrics", "gb_per_s"})) << " | " << num(json_at(r, {"metrics", "speedup_vs_cublas"}), 3)
+      << " | " << num(json_at(r, {"check", "nwrong"}), 10) << " |\n";
   }
   return o.str();
 }
@@ -223,14 +241,14 @@ std::string export_bmf(const nlohmann::json& doc) {
   nlohmann::json out = nlohmann::json::object();
   for (auto& r : doc["cases"]) {
     if (r.value("status", "") != "pass") continue;
-    const auto& t = at(r, {"timing", "time_us"});
+    const auto& t = json_at(r, {"timing", "time_us"});
     if (!t.is_object()) continue;
     nlohmann::json m;
     m["latency"] = {{"value", t["median"].get<double>() * 1e3}, {"lower_value", t["p10"].get<double>() * 1e3},
                     {"upper_value", t["p90"].get<double>() * 1e3}};
-    if (at(r, {"metrics", "tokens_per_s"}).is_number()) m["throughput"] = {{"value", at(r, {"metrics", "tokens_per_s"})}};
-    if (at(r, {"metrics", "floor_fraction"}).is_number())
-      m["floor_fraction"] = {{"value", at(r, {"metrics", "floor_fraction"})}};
+    if (json_at(r, {"metrics", "tokens_per_s"}).is_number()) m["throughput"] = {{"value", json_at(r, {"metrics", "tokens_per_s"})}};
+    if (json_at(r, {"metrics", "floor_fraction"}).is_number())
+      m["floor_fraction"] = {{"value", json_at(r, {"metrics", "floor_fraction"})}};
     out[r.value("id", "")] = m;
   }
   return out.dump(2) + "\n";
@@ -241,15 +259,15 @@ std::string export_gha(const nlohmann::json& doc, bool time) {
   std::string gpu = doc["devices"].empty() ? "" : doc["devices"][0].value("name", "");
   for (auto& r : doc["cases"]) {
     if (r.value("status", "") != "pass") continue;
-    const auto& t = at(r, {"timing", "time_us"});
+    const auto& t = json_at(r, {"timing", "time_us"});
     if (!t.is_object()) continue;
     std::string extra = "p10 " + num(t["p10"]) + " us, p90 " + num(t["p90"]) + " us; " + gpu + "; tp " +
-                        num(at(r, {"params", "tp"}));
+                        num(json_at(r, {"params", "tp"}));
     if (time)
       out.push_back({{"name", r["id"]}, {"unit", "us"}, {"value", t["median"]},
                      {"range", "± " + num(t.value("stdev", nlohmann::json()))}, {"extra", extra}});
-    else if (at(r, {"metrics", "gb_per_s"}).is_number())
-      out.push_back({{"name", r["id"]}, {"unit", "GB/s"}, {"value", at(r, {"metrics", "gb_per_s"})}, {"extra", extra}});
+    else if (json_at(r, {"metrics", "gb_per_s"}).is_number())
+      out.push_back({{"name", r["id"]}, {"unit", "GB/s"}, {"value", json_at(r, {"metrics", "gb_per_s"})}, {"extra", extra}});
   }
   return out.dump(2) + "\n";
 }
@@ -268,8 +286,8 @@ CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, 
     ++rep.matched;
     const auto& ra = *it->second;
     std::string verdict = "same";
-    double ta = at(ra, {"timing", "time_us", "median"}).is_number() ? at(ra, {"timing", "time_us", "median"}).get<double>() : -1;
-    double tb = at(r, {"timing", "time_us", "median"}).is_number() ? at(r, {"timing", "time_us", "median"}).get<double>() : -1;
+    double ta = json_at(ra, {"timing", "time_us", "median"}).is_number() ? json_at(ra, {"timing", "time_us", "median"}).get<double>() : -1;
+    double tb = json_at(r, {"timing", "time_us", "median"}).is_number() ? json_at(r, {"timing", "time_us", "median"}).get<double>() : -1;
     double change = (ta > 0 && tb > 0) ? 100.0 * (tb - ta) / ta : 0.0;
     if (ra.value("status", "") == "pass" && r.value("status", "") != "pass" && r.value("status", "") != "skip") {
       verdict = "BROKEN";

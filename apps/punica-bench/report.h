@@ -1,6 +1,7 @@
 // Results (DESIGN §5): the punica-bench.result/1 document, its atomic write, the stdout table,
 // the exporters (Google Benchmark JSON, CSV, Markdown) and `compare` of two result files.
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,12 @@
 namespace punica::bench {
 
 nlohmann::json tool_info();  // version, git sha + dirty, CUDA/NCCL/MPI versions, compiler
+// The member at `path` in nested objects, or a null value when one is missing.
+const nlohmann::json& json_at(const nlohmann::json& j, std::initializer_list<const char*> path);
+// Order statistics of timings (or any sample): median, p10 / p90 (nearest rank), min, max, mean,
+// population stdev. All zero for an empty sample.
+struct Stats { double median = 0, p10 = 0, p90 = 0, min = 0, max = 0, mean = 0, stdev = 0; };
+Stats stats(std::vector<double> v);
 // Writes `doc` to `path` atomically (temp file + rename). "-" = stdout. Refuses to replace an
 // existing file unless overwrite (Error usage).
 void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool overwrite);

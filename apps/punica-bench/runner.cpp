@@ -12,6 +12,7 @@
 #include <thread>
 #include "apps/punica-bench/dist.h"
 #include "apps/punica-bench/npy.h"
+#include "apps/punica-bench/report.h"
 #include "kernels/common/error.h"
 #include "kernels/common/hash_rng.h"
 
@@ -20,21 +21,6 @@ namespace {
 
 constexpr std::size_t kGuardBytes = 256;
 constexpr uint32_t kGuardPattern = 0xA5C3A5C3u;
-
-struct Stats { double median = 0, p10 = 0, p90 = 0, min = 0, max = 0, mean = 0, stdev = 0; };
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto q = [&](double p) { return v[std::min(v.size() - 1, std::size_t(p * double(v.size() - 1) + 0.5))]; };
-  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  s.p10 = q(0.1); s.p90 = q(0.9); s.min = v.front(); s.max = v.back();
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-  double var = 0;
-  for (double x : v) var += (x - s.mean) * (x - s.mean);
-  s.stdev = std::sqrt(var / double(v.size()));
-  return s;
-}
 
 // One set of the problem's tensors in the backend's memory; outputs carry guard regions.
 struct DeviceSet {

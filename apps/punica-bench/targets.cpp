@@ -6,32 +6,30 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include "apps/punica-bench/report.h"
 #include "kernels/common/error.h"
 
 namespace punica::bench {
+
+const std::vector<std::string>& target_names() {
+  static const std::vector<std::string> names = {"cold",          "back_to_back",  "linear_chain_cold",
+                                                 "linear_chain_batch", "prefill_floor", "fully_sharded",
+                                                 "decode_gather"};
+  return names;
+}
+
 namespace {
 
 // The number at `path`, or nan when a member is missing or not a number.
 double jnum(const nlohmann::json& j, std::initializer_list<const char*> path) {
-  const nlohmann::json* p = &j;
-  for (const char* k : path) {
-    if (!p->is_object() || !p->contains(k)) return std::numeric_limits<double>::quiet_NaN();
-    p = &(*p)[k];
-  }
-  return p->is_number() ? p->get<double>() : std::numeric_limits<double>::quiet_NaN();
+  const auto& v = json_at(j, path);
+  return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
 std::string jstr(const nlohmann::json& j, const char* k) {
-  return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
+  const auto& v = json_at(j, {k});
+  return v.is_string() ? v.get<std::string>() : std::string();
 }
-bool timed_pass(const nlohmann::json& c) {
-  return jstr(c, "status") == "pass" && c.contains("timing") && c["timing"].is_object();
-}
-double median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+bool timed_pass(const nlohmann::json& c) { return jstr(c, "status") == "pass" && json_at(c, {"timing"}).is_object(); }
 std::string fmt(double v, int prec = 3) {
   char b[64];
   std::snprintf(b, sizeof b, "%.*f", prec, v);
@@ -46,23 +44,24 @@ std::string shape_key(const std::string& id) {
   return id.substr(0, a) + (b == std::string::npos ? std::string() : id.substr(b));
 }
 
+// The rows by (target, group), each with the measured values its median is taken over.
 struct Acc {
-  std::map<std::string, TargetRow> rows;  // keyed by name + "\t" + group; `order` keeps first-seen order
-  std::vector<std::string> order;
-  TargetRow& row(const std::string& name, const std::string& group) {
-    const std::string k = name + "\t" + group;
+  std::map<std::pair<std::string, std::string>, TargetRow> rows;
+  std::map<std::pair<std::string, std::string>, std::vector<double>> values;
+  std::vector<std::pair<std::string, std::string>> order;  // first seen
+  // value: what the median is taken over (nan: none)
+  void add(const std::string& name, const std::string& group, bool met, const std::string& why,
+           double value = std::numeric_limits<double>::quiet_NaN()) {
+    const auto k = std::make_pair(name, group);
     auto it = rows.find(k);
     if (it == rows.end()) {
       order.push_back(k);
       it = rows.emplace(k, TargetRow{name, group}).first;
     }
-    return it->second;
-  }
-  void add(const std::string& name, const std::string& group, bool met, const std::string& why) {
-    TargetRow& r = row(name, group);
-    ++r.cases;
-    if (met) ++r.met;
-    else r.missed.push_back(why);
+    ++it->second.cases;
+    if (met) ++it->second.met;
+    else it->second.missed.push_back(why);
+    if (value == value) values[k].push_back(value);
   }
 };
 
@@ -71,13 +70,11 @@ struct Acc {
 TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const std::vector<std::string>& names,
                                bool list_missed) {
   Acc acc;
-  std::map<std::string, std::vector<double>> values;  // row key -> measured values (for the median)
   nlohmann::json sources = nlohmann::json::array();
   for (const auto& doc : docs) {
     PUNICA_REQUIRE(doc.is_object() && doc.contains("cases") && doc["cases"].is_array(), ErrorKind::usage,
                    "targets: not a punica-bench result document (no cases[])");
-    sources.push_back({{"git_sha", doc.contains("tool") ? jstr(doc["tool"], "git_sha") : std::string()},
-                       {"cases", doc["cases"].size()}});
+    sources.push_back({{"git_sha", jstr(json_at(doc, {"tool"}), "git_sha")}, {"cases", doc["cases"].size()}});
     const double node = jnum(doc, {"run", "ceilings", "graph_node_us"});
     // ---- op cases
     std::map<std::string, std::map<std::string, const nlohmann::json*>> shapes;  // shape -> op -> case
@@ -87,15 +84,11 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       if (!timed_pass(c)) continue;
       shapes[shape_key(id)][op] = &c;
       const double fl = jnum(c, {"work", "floor_us"}), ff = jnum(c, {"metrics", "floor_fraction"});
-      if (fl >= 10 && ff == ff) {
-        acc.add("cold", op, ff >= 0.8, id + ": floor fraction " + fmt(ff) + " < 0.800");
-        values["cold\t" + op].push_back(ff);
-      }
+      if (fl >= 10 && ff == ff) acc.add("cold", op, ff >= 0.8, id + ": floor fraction " + fmt(ff) + " < 0.800", ff);
       const double bt = jnum(c, {"timing", "batch_time_us"});
       if (bt == bt && node == node && fl == fl) {
         const double bound = node + 1.5 + fl / 0.8;
-        acc.add("back_to_back", op, bt <= bound, id + ": " + fmt(bt, 2) + " us > " + fmt(bound, 2) + " us");
-        values["back_to_back\t" + op].push_back(bt / bound);
+        acc.add("back_to_back", op, bt <= bound, id + ": " + fmt(bt, 2) + " us > " + fmt(bound, 2) + " us", bt / bound);
       }
     }
     for (const auto& [key, ops] : shapes) {
@@ -103,16 +96,15 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       const auto& lin = *ops.at("add_lora_linear");
       const auto& sh = *ops.at("lora_shrink");
       const auto& ex = *ops.at("lora_expand");
-      const double lc = jnum(lin, {"timing", "time_us", "median"}),
-                   cc = jnum(sh, {"timing", "time_us", "median"}) + jnum(ex, {"timing", "time_us", "median"});
-      if (lc == lc && cc == cc)
-        acc.add("linear_chain_cold", "add_lora_linear", lc < cc,
-                jstr(lin, "id") + ": " + fmt(lc, 2) + " us >= " + fmt(cc, 2) + " us");
-      const double lb = jnum(lin, {"timing", "batch_time_us"}),
-                   cb = jnum(sh, {"timing", "batch_time_us"}) + jnum(ex, {"timing", "batch_time_us"});
-      if (lb == lb && cb == cb)
-        acc.add("linear_chain_batch", "add_lora_linear", lb < cb,
-                jstr(lin, "id") + ": " + fmt(lb, 2) + " us >= " + fmt(cb, 2) + " us");
+      for (const bool cold : {true, false}) {
+        auto t = [&](const nlohmann::json& c) {
+          return cold ? jnum(c, {"timing", "time_us", "median"}) : jnum(c, {"timing", "batch_time_us"});
+        };
+        const double l = t(lin), chain = t(sh) + t(ex);
+        if (l == l && chain == chain)
+          acc.add(cold ? "linear_chain_cold" : "linear_chain_batch", "add_lora_linear", l < chain,
+                  jstr(lin, "id") + ": " + fmt(l, 2) + " us >= " + fmt(chain, 2) + " us");
+      }
     }
     // ---- layer cases
     std::map<std::string, const nlohmann::json*> layer_by_id;
@@ -120,31 +112,31 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       if (jstr(c, "op") == "layer" && timed_pass(c)) layer_by_id[jstr(c, "id")] = &c;
     for (const auto& [id, cp] : layer_by_id) {
       const auto& c = *cp;
-      if (!c.contains("params") || !c["params"].is_object()) continue;
-      const auto& p = c["params"];
+      const auto& p = json_at(c, {"params"});
+      if (!p.is_object()) continue;
       const std::string phase = jstr(p, "phase"), module = jstr(p, "module");
       const double tp = jnum(p, {"tp"}), T = jnum(p, {"num_tokens"}), L = jnum(p, {"max_loras"});
-      const bool fs = p.contains("fully_sharded") && p["fully_sharded"].is_boolean() && p["fully_sharded"].get<bool>();
-      const bool r16 = p.contains("ranks") && p["ranks"] == nlohmann::json::array({16});
+      const bool fs = json_at(p, {"fully_sharded"}).is_boolean() && p["fully_sharded"].get<bool>();
+      const bool r16 = json_at(p, {"ranks"}) == nlohmann::json::array({16});
       const std::string kind = module.empty() ? jstr(p, "layer") : module;  // gqa-tiny cases name no module
-      const std::string group = kind + " tp=" + fmt(tp, 0);
+      const double lora = jnum(c, {"timing", "lora_us"});
       if (phase == "prefill" && (module == "qkv" || module == "gate_up") && (tp == 1 || tp == 2) && !fs && T == 8192 &&
           L == 8 && r16) {
         const double ff = jnum(c, {"metrics", "lora_floor_fraction"});
-        if (ff == ff) {
-          acc.add("prefill_floor", group, ff >= 0.8, id + ": LoRA floor fraction " + fmt(ff) + " < 0.800");
-          values["prefill_floor\t" + group].push_back(ff);
-        }
+        if (ff == ff)
+          acc.add("prefill_floor", kind + " tp=" + fmt(tp, 0), ff >= 0.8,
+                  id + ": LoRA floor fraction " + fmt(ff) + " < 0.800 (" + fmt(lora, 2) + " us; 0.800 needs <= " +
+                      fmt(lora * ff / 0.8, 2) + " us)",
+                  ff);
       }
       if (fs && tp == 2) {
         std::string plain = id;
         const auto pos = plain.find("fully_sharded=1");
-        if (pos != std::string::npos) {
+        if (pos != std::string::npos && lora == lora) {
           plain.replace(pos, 15, "fully_sharded=0");
           auto it = layer_by_id.find(plain);
-          const double lora = jnum(c, {"timing", "lora_us"});
-          if (it != layer_by_id.end() && lora == lora) {
-            double comm = 0;
+          if (it != layer_by_id.end()) {
+            double comm = 0;  // the sharded LoRA's collectives (not the base layer's comm_base_*)
             for (const auto& [k, v] : c["timing"].items())
               if (k.rfind("comm_", 0) == 0 && k.rfind("comm_base_", 0) != 0 && k.size() > 3 &&
                   k.compare(k.size() - 3, 3, "_us") == 0 && k.find("_batch") == std::string::npos && v.is_number())
@@ -158,31 +150,23 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       }
       if (fs && tp == 2 && phase == "decode") {
         const double ag = jnum(c, {"timing", "comm_all_gather_batch_us"});
-        if (ag == ag) {
-          acc.add("decode_gather", kind, ag <= 15.0, id + ": " + fmt(ag, 2) + " us > 15 us");
-          values["decode_gather\t" + kind].push_back(ag);
-        }
+        if (ag == ag) acc.add("decode_gather", kind, ag <= 15.0, id + ": " + fmt(ag, 2) + " us > 15 us", ag);
       }
     }
   }
   TargetsReport rep;
   std::set<std::string> want(names.begin(), names.end());
-  // the issues' order, each target's groups as first seen
-  static const char* const kOrder[] = {"cold", "back_to_back", "linear_chain_cold", "linear_chain_batch",
-                                       "prefill_floor", "fully_sharded", "decode_gather"};
-  auto rank = [](const std::string& k) {
-    const std::string n = k.substr(0, k.find('\t'));
-    for (int i = 0; i < 7; ++i)
-      if (n == kOrder[i]) return i;
-    return 7;
+  // the issues' order (target_names()), each target's groups as first seen
+  const auto& all = target_names();
+  auto rank = [&](const std::pair<std::string, std::string>& k) {
+    return std::find(all.begin(), all.end(), k.first) - all.begin();
   };
-  std::stable_sort(acc.order.begin(), acc.order.end(),
-                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  std::stable_sort(acc.order.begin(), acc.order.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
   for (const auto& k : acc.order) {
+    if (!want.empty() && !want.count(k.first)) continue;
     TargetRow r = acc.rows.at(k);
-    if (!want.empty() && !want.count(r.name)) continue;
-    auto v = values.find(k);
-    r.median = v == values.end() ? -1 : median(v->second);
+    auto v = acc.values.find(k);
+    r.median = v == acc.values.end() ? -1 : stats(v->second).median;
     rep.cases += r.cases;
     rep.met += r.met;
     rep.rows.push_back(std::move(r));

@@ -37,6 +37,9 @@ struct TargetsReport {
   nlohmann::json doc;      // punica-bench.targets/1
 };
 
+// The targets' names, in the issues' order (the rows' order; `-t` takes these).
+const std::vector<std::string>& target_names();
+
 // Error(usage) when no document holds a case that any target applies to.
 TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const std::vector<std::string>& names,
                                bool list_missed);
