@@ -82,6 +82,25 @@ constexpr int kDecMaxRank = 512;
 // metadata chain and register pressure cost more than B's L2 re-reads), so tiles serve only
 // grids past 65535 tokens.
 inline bool decode_per_token(int64_t T, int /*max_loras*/) { return T <= 65535; }
+// Column width of a per-token block (EXPERIMENT, branch exp/expand-decode-wide). The narrow blocks
+// (64 columns at rank <= 16, 32 at rank <= 64) spread a T=1 call over the SMs, but from a few tokens
+// on they make thousands of short blocks whose fixed cost (slot, rank, B's first load) is the time:
+// H=8192 r=16 T=64 is 8192 blocks of 64 columns. Past kDecWideMinBlocks narrow blocks a block takes
+// kDecWideFactor times the columns (256 at rank <= 16, 128 at rank <= 64), the same per-column
+// arithmetic. Prediction (not measured): T=64 r=16 32 adapters 8.0 -> ~5 us (H=4096) and
+// 14.5 -> ~8 us (H=8192) back to back; T=1 unchanged (its grids stay narrow).
+constexpr int64_t kDecWideMinBlocks = 1024;  // 8 blocks per SM of 132
+constexpr int kDecWideFactor = 4;
+// Columns of a narrow per-token block: 4 warps x 32 / G lanes x UNR (expand_decode.cu's launch_t:
+// G = 2, UNR = 1 at rank <= 16; G = 8, UNR = 2 at rank <= 64).
+inline int decode_narrow_cols(int max_rank) { return max_rank <= 16 ? 64 : 32; }
+inline bool decode_wide(int64_t T, const int64_t* widths, int S, int max_rank) {
+  if (max_rank > 64) return false;
+  const int cols = decode_narrow_cols(max_rank);
+  int64_t chunks = 0;
+  for (int s = 0; s < S; ++s) chunks += (widths[s] + cols - 1) / cols;
+  return T * chunks > kDecWideMinBlocks;
+}
 // The older wide-N GEMV (blocks per adapter, a token loop) stays faster for T >= 64 with 4..16
 // tokens per adapter (H200, T=64, 8 adapters: 7.0 vs 8.2 us at H=4096 r=16, 22.4 vs 33.3 us at
 // H=8192 r=64); with 1 or 32 adapters it is 1.1-3x slower than the decode kernel.

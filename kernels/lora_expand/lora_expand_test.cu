@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <cmath>
 #include <numeric>
+#include "kernels/lora_expand/expand_decode.h"
+#include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_test_util.h"
@@ -27,6 +29,8 @@ struct ExpandCase {
   int64_t ldy_pad = 24;  // y row stride = offset + sum N + ldy_pad
   detail::ExpandPrefillKernel kernel = detail::ExpandPrefillKernel::automatic;
   detail::ExpandPrefillKernel expect = detail::ExpandPrefillKernel::automatic;  // kernel it must reach
+  bool decode_kernel = false;  // call the decode kernel directly (whatever the automatic choice)
+  int expect_wide = -1;        // 0 / 1: expand_heur::decode_wide must say so for the case
 };
 
 void run_case(const ExpandCase& c) {
@@ -82,7 +86,10 @@ void run_case(const ExpandCase& c) {
   a.add_inputs = c.add;
   if (c.expect != detail::ExpandPrefillKernel::automatic)
     EXPECT_EQ(int(detail::expand_prefill_kernel(a, c.kernel)), int(c.expect)) << "the case does not run the kernel it tests";
-  detail::launch_lora_expand_with(a, c.kernel, nullptr);
+  if (c.expect_wide >= 0)
+    EXPECT_EQ(expand_heur::decode_wide(c.T, a.slice_width, S, R), c.expect_wide == 1) << "the case does not take the block width it tests";
+  if (c.decode_kernel) detail::launch_expand_decode(a, nullptr);
+  else detail::launch_lora_expand_with(a, c.kernel, nullptr);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -165,6 +172,18 @@ TEST(LoraExpand, DecodeManyAdapters) {
   run_case({DType::f16, DType::f32, 64, {520}, {300, 12, 0}, true, 0});
   // 8 tokens per adapter at T = 64: the wide-N GEMV kernel.
   run_case({DType::bf16, DType::f32, 64, {1024, 256}, {16, 8, 0, 16, 64, 5, 33, 1}, true, 0});
+}
+// The decode kernel's per-token blocks at both widths (expand_heur::decode_wide): odd slice widths
+// past a block's columns, NaN padding, offsets, add_inputs off, fp32 / fp16 / bf16 weights, 16-bit
+// and fp32 x, more than 32 slots; the narrow side of the boundary (T * chunks = 1024) beside it.
+TEST(LoraExpand, DecodeWideBlocks) {
+  auto dec = [](ExpandCase c, bool nan_pad, int wide) { c.nan_pad = nan_pad; c.decode_kernel = true; c.expect_wide = wide; return c; };
+  run_case(dec({DType::bf16, DType::f32, 64, {1000, 72, 4095}, {16, 8, 0, 5}, true, 3}, true, 1));
+  run_case(dec({DType::f16, DType::f16, 40, {4096}, {64, 33, 0, 17}, false, 0}, true, 1));
+  run_case(dec({DType::f32, DType::f32, 33, {2049}, {16, 3}, true, 0}, false, 1));
+  run_case(dec({DType::bf16, DType::bf16, 100, {1000, 256}, testutil::many_ranks(), true, 8}, true, 1));
+  run_case(dec({DType::bf16, DType::f32, 16, {4096}, {16, 8, 0, 16}, true, 0}, true, 0));
+  run_case(dec({DType::bf16, DType::f32, 17, {4096}, {16, 8, 0, 16}, true, 0}, true, 1));
 }
 TEST(LoraExpand, AllTokensNone) {
   ExpandCase c{DType::bf16, DType::f32, 7, {1024}, {16, 8}, false, 0};
