@@ -138,13 +138,13 @@ TEST(LinearHeuristics, TilesForManyTokensPerAdapter) {
 }
 
 TEST(ExpandHeuristics, DecodeGemvWindow) {
-  {  // per-token decode blocks: wide past 1024 narrow blocks, never above rank 64
+  {  // per-token decode blocks at rank <= 16: wide past 1024 narrow (64-column) blocks
     const int64_t h4096[1] = {4096}, qkv[3] = {4096, 1024, 1024};
-    EXPECT_FALSE(expand_heur::decode_wide(1, qkv, 3, 16));      // T=1 stays spread over the SMs
-    EXPECT_FALSE(expand_heur::decode_wide(16, h4096, 1, 16));   // 64 chunks x 16 = 1024
+    EXPECT_FALSE(expand_heur::decode_wide(1, qkv, 3, 16));     // T=1 stays spread over the SMs
+    EXPECT_TRUE(expand_heur::decode_wide(16, qkv, 3, 16));     // 96 chunks x 16
+    EXPECT_FALSE(expand_heur::decode_wide(16, h4096, 1, 16));  // 64 chunks x 16 = 1024
     EXPECT_TRUE(expand_heur::decode_wide(17, h4096, 1, 16));
-    EXPECT_TRUE(expand_heur::decode_wide(16, h4096, 1, 64));    // 32-column blocks: 128 x 16
-    EXPECT_FALSE(expand_heur::decode_wide(64, h4096, 1, 128));  // above rank 64: not taken
+    EXPECT_FALSE(expand_heur::decode_wide(64, h4096, 1, 32));  // above rank 16: measured slower
   }
   EXPECT_TRUE(expand_heur::decode_use_gemv(64, 8));
   EXPECT_FALSE(expand_heur::decode_use_gemv(64, 1));   // 64 tokens of one adapter

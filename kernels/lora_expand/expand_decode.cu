@@ -188,11 +188,9 @@ void launch_mode(const DecodeParams& p, bool per_token, cudaStream_t st) {
 template <class T>
 void launch_t(const DecodeParams& p, bool per_token, cudaStream_t st) {
   constexpr int W = H::kDecWideFactor, NW = H::kDecThreads / 32;
-  static_assert(NW * (32 / 2) * 1 == 64 && NW * (32 / 8) * 2 == 32, "expand_heur::decode_narrow_cols");
-  // per-token blocks kDecWideFactor times wider when the narrow grid has many blocks (heuristics.h)
-  const bool wide = per_token && H::decode_wide(p.T, p.n, p.S, p.R);
-  if (wide && p.R <= 16) launch_cfg<T, 2, 1, 1 * W, 1, true>(p, p.T, st);
-  else if (wide) launch_cfg<T, 8, 1, 2 * W, 1, true>(p, p.T, st);
+  static_assert(NW * (32 / 2) * 1 == H::kDecNarrowCols16, "expand_heur::kDecNarrowCols16");
+  // rank <= 16: per-token blocks kDecWideFactor times wider when the narrow grid has many blocks
+  if (per_token && H::decode_wide(p.T, p.n, p.S, p.R)) launch_cfg<T, 2, 1, W, 1, true>(p, p.T, st);
   else if (p.R <= 16) launch_mode<T, 2, 1, 1, H::kDecTokens>(p, per_token, st);
   else if (p.R <= 64) launch_mode<T, 8, 1, 2, H::kDecTokens>(p, per_token, st);
   else if (p.R <= 256) launch_mode<T, 32, 1, 4, H::kDecTokens>(p, per_token, st);

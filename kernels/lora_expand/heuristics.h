@@ -82,21 +82,23 @@ constexpr int kDecMaxRank = 512;
 // metadata chain and register pressure cost more than B's L2 re-reads), so tiles serve only
 // grids past 65535 tokens.
 inline bool decode_per_token(int64_t T, int /*max_loras*/) { return T <= 65535; }
-// Column width of a per-token block (EXPERIMENT, branch exp/expand-decode-wide). The narrow blocks
-// (64 columns at rank <= 16, 32 at rank <= 64) spread a T=1 call over the SMs, but from a few tokens
-// on they make thousands of short blocks whose fixed cost (slot, rank, B's first load) is the time:
-// H=8192 r=16 T=64 is 8192 blocks of 64 columns. Past kDecWideMinBlocks narrow blocks a block takes
-// kDecWideFactor times the columns (256 at rank <= 16, 128 at rank <= 64), the same per-column
-// arithmetic. Prediction (not measured): T=64 r=16 32 adapters 8.0 -> ~5 us (H=4096) and
-// 14.5 -> ~8 us (H=8192) back to back; T=1 unchanged (its grids stay narrow).
+// Column width of a per-token block at rank <= 16. The narrow blocks (64 columns) spread a T=1 call
+// over the SMs, but from a few tokens on they make thousands of short blocks whose fixed cost (slot,
+// rank, B's first load) is the time: H=8192 T=64 is 8192 blocks. Past kDecWideMinBlocks narrow
+// blocks a block takes kDecWideFactor times the columns (256), the same per-column arithmetic.
+// Measured on the H200 (bench_lora_ops, back to back, median of 2 interleaved runs, results/NOTES.md
+// v13): expand T=64 32 adapters 7.9 -> 7.4 us (H=4096), 14.5 -> 11.7 (H=8192); qkv T=16 one adapter
+// 3.5 -> 2.7, T=64 32 adapters 11.4 -> 9.0; add_lora_linear 0.88-0.95 of its time there; T=1 and
+// T=256 unchanged. At rank 17-64 the same 4x (128 columns, 8 B rows per lane in registers) was
+// 1.2-1.35x slower (T=16 8 adapters: 5.6 -> 6.7 us), so those blocks stay narrow.
 constexpr int64_t kDecWideMinBlocks = 1024;  // 8 blocks per SM of 132
 constexpr int kDecWideFactor = 4;
-// Columns of a narrow per-token block: 4 warps x 32 / G lanes x UNR (expand_decode.cu's launch_t:
-// G = 2, UNR = 1 at rank <= 16; G = 8, UNR = 2 at rank <= 64).
-inline int decode_narrow_cols(int max_rank) { return max_rank <= 16 ? 64 : 32; }
+// Columns of a narrow per-token block at rank <= 16: 4 warps x 32 / G lanes x UNR (expand_decode.cu's
+// launch_t: G = 2, UNR = 1).
+constexpr int kDecNarrowCols16 = 64;
 inline bool decode_wide(int64_t T, const int64_t* widths, int S, int max_rank) {
-  if (max_rank > 64) return false;
-  const int cols = decode_narrow_cols(max_rank);
+  if (max_rank > 16) return false;
+  const int cols = kDecNarrowCols16;
   int64_t chunks = 0;
   for (int s = 0; s < S; ++s) chunks += (widths[s] + cols - 1) / cols;
   return T * chunks > kDecWideMinBlocks;

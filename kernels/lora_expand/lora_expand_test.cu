@@ -173,15 +173,19 @@ TEST(LoraExpand, DecodeManyAdapters) {
   // 8 tokens per adapter at T = 64: the wide-N GEMV kernel.
   run_case({DType::bf16, DType::f32, 64, {1024, 256}, {16, 8, 0, 16, 64, 5, 33, 1}, true, 0});
 }
-// The decode kernel's per-token blocks at both widths (expand_heur::decode_wide): odd slice widths
+// The decode kernel's per-token blocks at both widths (expand_heur::decode_wide, rank <= 16): odd slice widths
 // past a block's columns, NaN padding, offsets, add_inputs off, fp32 / fp16 / bf16 weights, 16-bit
 // and fp32 x, more than 32 slots; the narrow side of the boundary (T * chunks = 1024) beside it.
 TEST(LoraExpand, DecodeWideBlocks) {
   auto dec = [](ExpandCase c, bool nan_pad, int wide) { c.nan_pad = nan_pad; c.decode_kernel = true; c.expect_wide = wide; return c; };
   run_case(dec({DType::bf16, DType::f32, 64, {1000, 72, 4095}, {16, 8, 0, 5}, true, 3}, true, 1));
-  run_case(dec({DType::f16, DType::f16, 40, {4096}, {64, 33, 0, 17}, false, 0}, true, 1));
+  run_case(dec({DType::f16, DType::f16, 40, {4096}, {16, 13, 0, 7}, false, 0}, true, 1));
+  run_case(dec({DType::f16, DType::f16, 40, {4096}, {64, 33, 0, 17}, false, 0}, true, 0));  // rank 64: narrow
   run_case(dec({DType::f32, DType::f32, 33, {2049}, {16, 3}, true, 0}, false, 1));
-  run_case(dec({DType::bf16, DType::bf16, 100, {1000, 256}, testutil::many_ranks(), true, 8}, true, 1));
+  std::vector<int> many16 = testutil::many_ranks();  // 40 slots, ranks <= 16
+  for (int& r : many16) if (r > 16) r = 13;
+  run_case(dec({DType::bf16, DType::bf16, 100, {1000, 256}, many16, true, 8}, true, 1));
+  run_case(dec({DType::bf16, DType::bf16, 100, {1000, 256}, testutil::many_ranks(), true, 8}, true, 0));
   run_case(dec({DType::bf16, DType::f32, 16, {4096}, {16, 8, 0, 16}, true, 0}, true, 0));
   run_case(dec({DType::bf16, DType::f32, 17, {4096}, {16, 8, 0, 16}, true, 0}, true, 1));
 }
