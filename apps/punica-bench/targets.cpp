@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 #include "apps/punica-bench/report.h"
 #include "kernels/common/error.h"
 
@@ -56,7 +57,10 @@ struct Acc {
     auto it = rows.find(k);
     if (it == rows.end()) {
       order.push_back(k);
-      it = rows.emplace(k, TargetRow{name, group}).first;
+      TargetRow row;
+      row.name = name;
+      row.group = group;
+      it = rows.emplace(k, std::move(row)).first;
     }
     ++it->second.cases;
     if (met) ++it->second.met;
