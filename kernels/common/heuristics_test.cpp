@@ -129,7 +129,8 @@ TEST(LinearHeuristics, SplitPartialsWindow) {
 TEST(LinearHeuristics, TilesForManyTokensPerAdapter) {
   EXPECT_TRUE(linear_heur::use_tiles(64, 8, 64));    // 8 per adapter, r=64
   EXPECT_TRUE(linear_heur::use_tiles(16, 1, 64));    // 16 per adapter
-  EXPECT_FALSE(linear_heur::use_tiles(64, 32, 64));  // 2 per adapter: decode kernels
+  EXPECT_TRUE(linear_heur::use_tiles(64, 32, 64));   // 2 per adapter from T=64: the streaming expand
+  EXPECT_FALSE(linear_heur::use_tiles(32, 16, 64));  // 2 per adapter below T=64: decode kernels
   EXPECT_TRUE(linear_heur::use_tiles(64, 8, 16));    // r=16 from 8 per adapter and T >= 32
   EXPECT_FALSE(linear_heur::use_tiles(32, 8, 16));
   EXPECT_FALSE(linear_heur::use_tiles(16, 1, 16));
