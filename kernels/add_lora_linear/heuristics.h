@@ -29,14 +29,12 @@ inline bool use_split_partials(int64_t T, int max_loras, int max_rank, int64_t K
 // partials rule. Measured on the H200 (LoraPerf, results/NOTES.md v8, cold): one slice H=8192
 // r=64, T=64, 8 adapters: 28.7 us against 50.0 (decode) and 60.1 (partials, then automatic);
 // qkv r=64, 1 adapter, T=16: 16.3 against 17.9; one slice r=16, T=64, 8 adapters: 12.7 against
-// 14.9; but two tokens per adapter stay with the decode kernels (H=8192 r=64, T=64, 32 adapters:
-// 62.6 against 56.9), as r=16 below 8 tokens per adapter (T=32, 8 adapters: 12.6 against 11.6).
-// EXPERIMENT (branch exp/linear-tiles-2tpa): the expand's own small-batch rule, its
-// 2-tokens-per-adapter case above rank 16 included. The v8 measurement above predates the PDL
-// decode chain and the streaming expand's small-batch rule; in v13's bench the chain took 50.6 us
-// back to back at H=8192 r=64, 32 adapters, T=64, where lora_shrink (16.0) + lora_expand's
-// streaming kernel (29.9) take 45.9. Prediction: add_lora_linear there ~46 us (qkv: 52.4 -> ~48,
-// H=4096: 27.7 -> ~27).
+// 14.9; r=16 below 8 tokens per adapter stays with the decode kernels (T=32, 8 adapters: 12.6
+// against 11.6). v8 also kept two tokens per adapter above rank 16 on the decode kernels (H=8192
+// r=64, T=64, 32 adapters: 62.6 against 56.9 cold); since v13 the rule is the expand's own
+// small-batch rule, that case included: v8 predates the PDL decode chain and the streaming
+// expand's small-batch rule. Measured on the H200 (bench A/B, 3 interleaved rounds, results/NOTES.md v13 part 4, back to
+// back): T=64, 32 adapters, r=64: H=8192 50.6 -> 46.5 us, qkv 52.6 -> 49.1, H=4096 within 2%.
 inline bool use_tiles(int64_t T, int max_loras, int max_rank) {
   if (T > kDecodeMaxTokens) return true;
   return expand_heur::small_batch_mma(T, max_loras, max_rank);
