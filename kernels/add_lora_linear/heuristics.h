@@ -30,11 +30,11 @@ inline bool use_split_partials(int64_t T, int max_loras, int max_rank, int64_t K
 // r=64, T=64, 8 adapters: 28.7 us against 50.0 (decode) and 60.1 (partials, then automatic);
 // qkv r=64, 1 adapter, T=16: 16.3 against 17.9; one slice r=16, T=64, 8 adapters: 12.7 against
 // 14.9; r=16 below 8 tokens per adapter stays with the decode kernels (T=32, 8 adapters: 12.6
-// against 11.6). v8 also kept two tokens per adapter above rank 16 on the decode kernels (H=8192
-// r=64, T=64, 32 adapters: 62.6 against 56.9 cold); since v13 the rule is the expand's own
-// small-batch rule, that case included: v8 predates the PDL decode chain and the streaming
-// expand's small-batch rule. Measured on the H200 (bench A/B, 3 interleaved rounds, results/NOTES.md v13 part 4, back to
-// back): T=64, 32 adapters, r=64: H=8192 50.6 -> 46.5 us, qkv 52.6 -> 49.1, H=4096 within 2%.
+// against 11.6). The rule is the expand's own small-batch rule. Its 2-tokens-per-adapter case above
+// rank 16 (T >= 64) was kept on the decode kernels in v8 (H=8192 r=64, T=64, 32 adapters: 62.6
+// against 56.9 cold), before the PDL decode chain and the streaming expand's small-batch rule;
+// re-measured in v13 (bench A/B, 3 interleaved rounds, results/NOTES.md v13 part 4, back to back)
+// it is faster with the tiles: H=8192 50.6 -> 46.5 us, qkv 52.6 -> 49.1, H=4096 within 2%.
 inline bool use_tiles(int64_t T, int max_loras, int max_rank) {
   if (T > kDecodeMaxTokens) return true;
   return expand_heur::small_batch_mma(T, max_loras, max_rank);

@@ -98,9 +98,8 @@ constexpr int kDecWideFactor = 4;
 constexpr int kDecNarrowCols16 = 64;
 inline bool decode_wide(int64_t T, const int64_t* widths, int S, int max_rank) {
   if (max_rank > 16) return false;
-  const int cols = kDecNarrowCols16;
   int64_t chunks = 0;
-  for (int s = 0; s < S; ++s) chunks += (widths[s] + cols - 1) / cols;
+  for (int s = 0; s < S; ++s) chunks += (widths[s] + kDecNarrowCols16 - 1) / kDecNarrowCols16;
   return T * chunks > kDecWideMinBlocks;
 }
 // The older wide-N GEMV (blocks per adapter, a token loop) stays faster for T >= 64 with 4..16

@@ -173,9 +173,10 @@ TEST(LoraExpand, DecodeManyAdapters) {
   // 8 tokens per adapter at T = 64: the wide-N GEMV kernel.
   run_case({DType::bf16, DType::f32, 64, {1024, 256}, {16, 8, 0, 16, 64, 5, 33, 1}, true, 0});
 }
-// The decode kernel's per-token blocks at both widths (expand_heur::decode_wide, rank <= 16): odd slice widths
-// past a block's columns, NaN padding, offsets, add_inputs off, fp32 / fp16 / bf16 weights, 16-bit
-// and fp32 x, more than 32 slots; the narrow side of the boundary (T * chunks = 1024) beside it.
+// The decode kernel's per-token blocks at both widths (expand_heur::decode_wide, rank <= 16): odd
+// slice widths past a block's columns, NaN padding, offsets, add_inputs off, fp32 / fp16 / bf16
+// weights, 16-bit and fp32 x, more than 32 slots; rank 64 (always narrow); the narrow side of the
+// boundary (T * chunks = 1024) beside it.
 TEST(LoraExpand, DecodeWideBlocks) {
   auto dec = [](ExpandCase c, bool nan_pad, int wide) { c.nan_pad = nan_pad; c.decode_kernel = true; c.expect_wide = wide; return c; };
   run_case(dec({DType::bf16, DType::f32, 64, {1000, 72, 4095}, {16, 8, 0, 5}, true, 3}, true, 1));
