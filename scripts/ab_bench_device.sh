@@ -5,13 +5,16 @@
 # hits all alike; result JSON and logs in one tarball bench_ab.tgz in OUTDIR (the device tool
 # returns 8 files at most). Compare afterwards here with `punica-bench compare` / `targets`.
 #   scripts/ab_bench_device.sh OUTDIR 'FILTER' REPS NAME [NAME...]      (carry [".carry/ab-bin.txz"])
-# SCENARIO (default scenarios/bench_lora_ops.json); RUN_ARGS (default --no-baselines) go to `run`.
+# SCENARIO (default scenarios/bench_lora_ops.json); RUN_ARGS (default --no-baselines) go to `run`;
+# MPI_NP=N runs each binary under `mpirun -np N` (the layer scenarios' tp > 1 cases).
 set -uo pipefail
 OUT=${1:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}
 FILTER=${2:?filter}; REPS=${3:?reps}
 shift 3
 [ $# -ge 1 ] || { echo "ab_bench_device.sh: name at least one variant" >&2; exit 2; }
 SCENARIO=${SCENARIO:-scenarios/bench_lora_ops.json}
+LAUNCH=()
+[ -n "${MPI_NP:-}" ] && LAUNCH=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np "$MPI_NP")
 mkdir -p "$OUT/bench_ab" .carry/ab
 tar -C .carry/ab -xaf .carry/ab-bin.txz || { echo "ab_bench_device.sh: cannot unpack .carry/ab-bin.txz" >&2; exit 2; }
 cp .carry/ab/refs.txt "$OUT/bench_ab/refs.txt"
@@ -21,7 +24,7 @@ for rep in $(seq 1 "$REPS"); do
   for n in "$@"; do
     b=.carry/ab/bin/punica-bench_$n
     [ -x "$b" ] || { echo "ab_bench_device.sh: no binary $b" >&2; status=2; continue; }
-    timeout -k 10 "${STEP_TIMEOUT:-280}" "$b" run --backend cuda -q ${RUN_ARGS:---no-baselines} -f "$FILTER" \
+    timeout -k 10 "${STEP_TIMEOUT:-280}" "${LAUNCH[@]}" "$b" run --backend cuda -q ${RUN_ARGS:---no-baselines} -f "$FILTER" \
       -o "$OUT/bench_ab/${n}_$rep.json" --overwrite "$SCENARIO" > "$OUT/bench_ab/${n}_$rep.log" 2>&1
     rc=$?; echo "bench $n rep $rep rc=$rc"; [ $rc -ne 0 ] && status=1
   done
