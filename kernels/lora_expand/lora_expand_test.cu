@@ -295,6 +295,15 @@ void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct)
               flush);
 }
 
+// The layer and bench prefill shapes alone (a short run for A/Bs of the prefill kernels).
+TEST(LoraExpandPerf, DISABLED_PrefillShapes) {
+  perf_expand(8192, {2048, 512, 512}, 16, 8, 25);   // Llama-3-8B qkv layer, tp 2
+  perf_expand(8192, {4096, 1024, 1024}, 16, 8, 25); // tp 1
+  perf_expand(8192, {4096, 1024, 1024}, 16, 8, 0);  // bench qkv
+  perf_expand(8192, {4096}, 16, 8, 0);              // bench one slice
+  perf_expand(8192, {4096}, 64, 8, 0);
+}
+
 TEST(LoraExpandPerf, DISABLED_Bf16) {
   perf_expand(8192, {2048, 512, 512}, 16, 8, 25);   // Llama-3-8B qkv layer, tp 2
   perf_expand(8192, {4096, 1024, 1024}, 16, 8, 25); // tp 1
