@@ -74,6 +74,39 @@ TEST(CompareTensor, RowFilterSkipsRows) {
   EXPECT_EQ(r.nwrong, 0u);
   EXPECT_EQ(r.nelems, 3u);
 }
+// An accumulating bf16 output at a rounding tie of the delta (NOTES v14's vLLM-grid case): y0 =
+// -0.98046875 plus the bf16 rounding of the dot 1.05078125 (exactly the midpoint of 1.046875 and
+// 1.0546875) is 0.06640625 or 0.07421875, one unit of the delta apart: both pass, two units do not,
+// and a write-only output (NaN initial values) gets no such slack.
+TEST(CompareTensor, AccumulatingOutputsAllowOneUlpOfTheDelta) {
+  EXPECT_EQ(ulp_of(kernels::DType::bf16, 1.05078125), 0.0078125);
+  EXPECT_EQ(ulp_of(kernels::DType::f16, 1.5), std::ldexp(1.0, -10));
+  EXPECT_EQ(ulp_of(kernels::DType::bf16, 0.0), 0.0);
+  auto bf16_tensor = [](float init) {
+    HostTensor t;
+    t.name = "y";
+    t.dtype = kernels::DType::bf16;
+    t.shape = {1};
+    t.role = Role::output;
+    t.data.resize(2);
+    kernels::store_elem(t.data.data(), t.dtype, 0, init);
+    t.rows = 1;
+    t.must_keep.assign(1, 0);
+    return t;
+  };
+  auto bits = [](float v) {
+    std::vector<uint8_t> b(2);
+    kernels::store_elem(b.data(), kernels::DType::bf16, 0, v);
+    return b;
+  };
+  const auto t = bf16_tensor(-0.98046875f);
+  const auto want = bits(0.06640625f), flip = bits(0.07421875f), two = bits(0.08203125f);
+  EXPECT_EQ(compare_tensor(t, flip.data(), want.data(), 1e-2, all_rows).nwrong, 0u);
+  EXPECT_EQ(compare_tensor(t, want.data(), flip.data(), 1e-2, all_rows).nwrong, 0u);
+  EXPECT_EQ(compare_tensor(t, two.data(), want.data(), 1e-2, all_rows).nwrong, 1u);
+  const auto poisoned = bf16_tensor(std::nanf(""));
+  EXPECT_EQ(compare_tensor(poisoned, flip.data(), want.data(), 1e-2, all_rows).nwrong, 1u);
+}
 TEST(CompareTensor, IntTensorsExact) {
   HostTensor t;
   t.name = "ids";

@@ -78,6 +78,14 @@ std::string safe_name(const std::string& id) {
 
 }  // namespace
 
+double ulp_of(kernels::DType t, double v) {
+  if (!(v > 0) || !std::isfinite(v)) return 0;
+  const int p = t == kernels::DType::bf16 ? 7 : t == kernels::DType::f16 ? 10 : 23;  // stored mantissa bits
+  int ex = 0;
+  std::frexp(v, &ex);  // v = m 2^ex, m in [0.5, 1)
+  return std::ldexp(1.0, ex - 1 - p);
+}
+
 CompareResult compare_tensor(const HostTensor& t, const void* actual, const void* expected, double rtol,
                              const std::function<bool(int64_t)>& row_filter) {
   CompareResult r;
@@ -121,7 +129,18 @@ CompareResult compare_tensor(const HostTensor& t, const void* actual, const void
     }
     double a = kernels::load_elem(actual, t.dtype, i), e = kernels::load_elem(expected, t.dtype, i);
     double d = std::fabs(a - e);
-    bool ok = std::isfinite(a) && std::isfinite(e) && d <= r.atol + rtol * std::fabs(e);
+    // Accumulating outputs (finite y0): the op adds a delta it rounded to the output dtype from an
+    // fp32 dot whose summation order is unspecified, so at a rounding tie either neighbour is
+    // right, and once the add cancels against y0 that one unit can exceed rtol |r| + atol
+    // (NOTES v14: y0 = -0.98046875, dot exactly the bf16 midpoint 1.05078125; the GPU and the fp64
+    // naive reference round it to 1.046875, Eigen's fp32 sum to 1.0546875). One unit in the last
+    // place of |r - y0| is allowed on top.
+    double slack = 0;
+    if (!t.data.empty()) {
+      const double y0 = kernels::load_elem(t.data.data(), t.dtype, i);
+      if (std::isfinite(y0) && std::isfinite(e)) slack = ulp_of(t.dtype, std::fabs(e - y0));
+    }
+    bool ok = std::isfinite(a) && std::isfinite(e) && d <= r.atol + rtol * std::fabs(e) + slack;
     if (std::isfinite(d)) {
       r.max_abs_err = std::max(r.max_abs_err, d);
       if (std::fabs(e) > r.atol) r.max_rel_err = std::max(r.max_rel_err, d / std::fabs(e));
