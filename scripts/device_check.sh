@@ -8,9 +8,11 @@
 # full  : the full vLLM kernel grid checked (--sample-rows, 12 parallel shards -> check_vllm_grid.tgz),
 #         the model-shaped scenarios timed.
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), result JSON.
+# micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
+#         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
-OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full layers)}
+OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full micro layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
@@ -75,6 +77,17 @@ case "$PROFILE" in
       step "check_$s" $PB check --backend cuda -q --sample-rows 256 scenarios/$s.json
     done
     step bench_llama3_8b $PB run --backend cuda --sample-rows 128 -o "$OUT/bench_llama3_8b.json" --overwrite scenarios/llama3_8b_decode.json scenarios/llama3_8b_prefill.json
+    ;;
+  micro)
+    # Its own step (and timeout): as a bare command in a call it once ran past a 90 s cap.
+    MB=$BIN/punica-microbench
+    if [ -x "$MB" ]; then
+      step microbench sh -c '"$0" --case-filter="$1" --benchmark_min_time=0.1 --benchmark_out="$2" \
+        --benchmark_out_format=json > /dev/null 2> "$3"' "$MB" "${MICRO_FILTER:-hidden=4096/.*num_requests=(1|8192)/}" \
+        "$OUT/microbench_h200.json" "$OUT/microbench_h200_stderr.txt"
+    else
+      echo "$(date +%H:%M:%S) skip microbench: no $MB" | tee -a "$OUT/logs/steps.txt"
+    fi
     ;;
   layers)
     MPI="mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np $NGPU"
