@@ -60,13 +60,12 @@ struct CompareResult {
   bool untouched_ok = true;
   std::vector<std::string> first_mismatches;
 };
-// |y - r| <= atol + rtol |r|, atol = rtol * rms(r over compared elements); must_keep elements
-// must be bit-equal to `initial`; int tensors exactly equal. row_filter(row) false = not compared.
 // One unit in the last place of |v| in dtype t (0 for 0 or non-finite v).
 double ulp_of(kernels::DType t, double v);
-// Element-wise |actual - expected| <= atol + rtol |expected| (DESIGN §6), plus, for accumulating
-// outputs (finite initial y0), one ulp of |expected - y0| in the output dtype (a rounding tie of the
-// op's delta); untouched elements bit-equal to y0.
+// |y - r| <= atol + rtol |r|, atol = rtol * rms(r over compared elements) (DESIGN §6), plus, for
+// accumulating outputs (finite initial y0), one ulp of |r - y0| in the output dtype (a rounding tie
+// of the op's delta); must_keep elements must be bit-equal to `initial`; int tensors exactly equal.
+// row_filter(row) false = not compared.
 CompareResult compare_tensor(const HostTensor& t, const void* actual, const void* expected,
                              double rtol, const std::function<bool(int64_t)>& row_filter);
 
