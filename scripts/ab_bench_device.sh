@@ -15,10 +15,7 @@ shift 3
 SCENARIO=${SCENARIO:-scenarios/bench_lora_ops.json}
 LAUNCH=()
 [ -n "${MPI_NP:-}" ] && LAUNCH=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np "$MPI_NP")
-mkdir -p "$OUT/bench_ab" .carry/ab
-tar -C .carry/ab -xaf .carry/ab-bin.txz || { echo "ab_bench_device.sh: cannot unpack .carry/ab-bin.txz" >&2; exit 2; }
-cp .carry/ab/refs.txt "$OUT/bench_ab/refs.txt"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/bench_ab/gpu.txt" 2>&1
+"$(dirname "$0")/ab_unpack.sh" "$OUT/bench_ab" || exit 2
 status=0
 for rep in $(seq 1 "$REPS"); do
   for n in "$@"; do

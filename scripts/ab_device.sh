@@ -9,10 +9,7 @@ OUT=${1:?usage: ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]}
 TARGET=${2:?target}; FILTER=${3:?gtest filter}; REPS=${4:?reps}
 shift 4
 [ $# -ge 1 ] || { echo "ab_device.sh: name at least one variant" >&2; exit 2; }
-mkdir -p "$OUT/logs" .carry/ab
-tar -C .carry/ab -xaf .carry/ab-bin.txz || { echo "ab_device.sh: cannot unpack .carry/ab-bin.txz" >&2; exit 2; }
-cp .carry/ab/refs.txt "$OUT/logs/refs.txt"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/logs/gpu.txt" 2>&1
+"$(dirname "$0")/ab_unpack.sh" "$OUT/logs" || exit 2
 status=0
 for n in "$@"; do
   b=.carry/ab/bin/${TARGET}_$n

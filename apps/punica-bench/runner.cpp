@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <map>
 #include <fstream>
-#include <numeric>
 #include <thread>
 #include "apps/punica-bench/dist.h"
 #include "apps/punica-bench/npy.h"

@@ -140,10 +140,12 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
           plain.replace(pos, 15, "fully_sharded=0");
           auto it = layer_by_id.find(plain);
           if (it != layer_by_id.end()) {
-            double comm = 0;  // the sharded LoRA's collectives (not the base layer's comm_base_*)
+            // the sharded LoRA's collectives: timing.comm_*_us but not the base layer's comm_base_*
+            // (the case's comm[] list would not do: a row layer's also holds the base all_reduce)
+            double comm = 0;
             for (const auto& [k, v] : c["timing"].items())
-              if (k.rfind("comm_", 0) == 0 && k.rfind("comm_base_", 0) != 0 && k.size() > 3 &&
-                  k.compare(k.size() - 3, 3, "_us") == 0 && k.find("_batch") == std::string::npos && v.is_number())
+              if (k.rfind("comm_", 0) == 0 && k.rfind("comm_base_", 0) != 0 && k.compare(k.size() - 3, 3, "_us") == 0 &&
+                  k.find("_batch") == std::string::npos && v.is_number())
                 comm += v.get<double>();
             const double bound = 1.1 * (jnum(*it->second, {"timing", "lora_us"}) + comm);
             if (bound == bound)

@@ -16,18 +16,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <vector>
-
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "probe_timing.cuh"
 
 __device__ __forceinline__ uint4 inc(uint4 v) {
   uint32_t* w = reinterpret_cast<uint32_t*>(&v);
@@ -86,17 +76,22 @@ __global__ void __launch_bounds__(256) rmw_rows(uint4* y, const int* rows, int n
   }
 }
 
+// The 4 rows a thread owns in block row tile blockIdx.y (64 rows, 16 threads per row: rows
+// threadIdx.x / 16 + 16k) as 16-byte-chunk offsets, ~0 past the last touched row.
+__device__ __forceinline__ void row_offsets(size_t (&off)[4], const int* rows, int nrows, int cpr) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int r = int(blockIdx.y) * 64 + int(threadIdx.x >> 4) + 16 * k;
+    off[k] = r < nrows ? size_t(rows[r]) * cpr : ~size_t(0);
+  }
+}
+
 // block (column group of NTB tiles, 64-row tile); 16 threads per row of a 128-column tile
 template <int NTB>
 __global__ void __launch_bounds__(256) rmw_tile(uint4* y, const int* rows, int nrows, int cpr) {
-  const int r0 = blockIdx.y * 64;
-  const int c16 = threadIdx.x & 15, rr = threadIdx.x >> 4;
+  const int c16 = threadIdx.x & 15;
   size_t off[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int r = r0 + rr + 16 * k;
-    off[k] = r < nrows ? size_t(rows[r]) * cpr : ~size_t(0);
-  }
+  row_offsets(off, rows, nrows, cpr);
   const int cbase = blockIdx.x * NTB * 16 + c16;
   uint4 cur[4], nxt[4];
 #pragma unroll
@@ -127,14 +122,9 @@ __device__ __forceinline__ void cp16(void* dst, const void* src) {
 template <int NTB>
 __global__ void __launch_bounds__(256, 4) rmw_smem(uint4* y, const int* rows, int nrows, int cpr) {
   __shared__ uint4 sm[2][64 * 16];
-  const int r0 = blockIdx.y * 64;
   const int c16 = threadIdx.x & 15, rr = threadIdx.x >> 4;
   size_t off[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int r = r0 + rr + 16 * k;
-    off[k] = r < nrows ? size_t(rows[r]) * cpr : ~size_t(0);
-  }
+  row_offsets(off, rows, nrows, cpr);
   const int cbase = blockIdx.x * NTB * 16 + c16;
   auto issue = [&](int j) {
     const int c = cbase + j * 16;
@@ -155,58 +145,6 @@ __global__ void __launch_bounds__(256, 4) rmw_smem(uint4* y, const int* rows, in
       if (off[k] != ~size_t(0) && c < cpr) y[off[k] + c] = inc(sm[j & 1][(rr + 16 * k) * 16 + c16]);
     __syncthreads();
   }
-}
-
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-static void time_it(const char* name, double bytes, const std::function<void(int, cudaStream_t)>& body, cudaStream_t st) {
-  for (int i = 0; i < 3; ++i) body(i, st);
-  const int iters = 30;
-  std::vector<cudaEvent_t> ev(2 * iters);
-  for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(ev[2 * i], st));
-    body(i, st);
-    CK(cudaEventRecord(ev[2 * i + 1], st));
-  }
-  CK(cudaStreamSynchronize(st));
-  std::vector<double> t(iters);
-  for (int i = 0; i < iters; ++i) {
-    float ms;
-    CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    t[i] = ms * 1e3;
-  }
-  for (auto& e : ev) CK(cudaEventDestroy(e));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 32; ++i) body(i, st);
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, st));
-  std::vector<double> gt;
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    gt.push_back(ms * 1e3 / 32);
-  }
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaGetLastError());
-  const double c = median(t), gr = median(gt);
-  std::printf("PROBE %-40s bytes %10.0f  cold %8.2f us (%6.0f GB/s)  graph %8.2f us (%6.0f GB/s)\n", name, bytes, c,
-              bytes / c / 1e3, gr, bytes / gr / 1e3);
-  std::fflush(stdout);
 }
 
 int main() {

@@ -12,18 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <vector>
-
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "probe_timing.cuh"
 
 __global__ void noop() {}
 
@@ -140,57 +130,6 @@ __global__ void __launch_bounds__(256) read_pipe(const uint4* __restrict__ p, in
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
   if (acc == 0x12345678u) out[0] = 1.f;
-}
-
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-static void time_it(const char* name, double bytes, const std::function<void(int, cudaStream_t)>& body, cudaStream_t st) {
-  for (int i = 0; i < 3; ++i) body(i, st);
-  const int iters = 30;
-  std::vector<cudaEvent_t> ev(2 * iters);
-  for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(ev[2 * i], st));
-    body(i, st);
-    CK(cudaEventRecord(ev[2 * i + 1], st));
-  }
-  CK(cudaStreamSynchronize(st));
-  std::vector<double> t(iters);
-  for (int i = 0; i < iters; ++i) {
-    float ms;
-    CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    t[i] = ms * 1e3;
-  }
-  for (auto& e : ev) CK(cudaEventDestroy(e));
-  // graph of 32 calls
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 32; ++i) body(i, st);
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, st));
-  std::vector<double> gt;
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    gt.push_back(ms * 1e3 / 32);
-  }
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  const double c = median(t), gr = median(gt);
-  std::printf("PROBE %-34s bytes %10.0f  cold %8.2f us (%6.0f GB/s)  graph %8.2f us (%6.0f GB/s)\n", name, bytes, c,
-              bytes > 0 ? bytes / c / 1e3 : 0.0, gr, bytes > 0 ? bytes / gr / 1e3 : 0.0);
 }
 
 int main() {
