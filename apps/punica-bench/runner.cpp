@@ -411,6 +411,7 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   int iters = opt_.iters > 0 ? opt_.iters : c.iters;
   int warmup = opt_.warmup >= 0 ? opt_.warmup : c.warmup;
   auto times = be_.time_iterations(warmup, iters, [&](int i) { P.run(be_, sets[std::size_t(i) % copies].ptrs); });
+  bool held = be_.last_timing_held();
   if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(times);  // slowest rank per iteration
   Stats s = stats(times);
   int calls = std::max<int>(opt_.batch_calls, int(copies));
@@ -425,7 +426,11 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
                    {"noisy", s.mean > 0 && 100.0 * s.stdev / s.mean > 5.0},
                    {"batch_time_us", batch >= 0 ? nlohmann::json(batch) : nlohmann::json(nullptr)},
                    {"batch_mode", be_.name() == "cuda" ? "cuda_graph" : "loop"},
-                   {"batch_calls", calls}};
+                   {"batch_calls", calls},
+                   // CUDA: the timed launches waited behind a hold, so no host launch gap is inside an
+                   // event pair (kernels/common/stream_hold.h); false on the CPU backend and after a
+                   // hold that gave up
+                   {"launches_held", held}};
   nlohmann::json m;
   m["floor_fraction"] = s.median > 0 && floor_us > 0 ? nlohmann::json(floor_us / s.median) : nlohmann::json(nullptr);
   m["gb_per_s"] = s.median > 0 ? w.bytes / (s.median * 1e3) : 0.0;
@@ -454,6 +459,7 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   std::map<std::string, double> part_us, part_batch_us;
   for (auto& part : parts) {
     auto pt = be_.time_iterations(warmup, iters, [&](int i) { part.body(be_, sets[std::size_t(i) % copies].ptrs); });
+    held = held && be_.last_timing_held();
     if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(pt);
     part_us[part.name] = stats(pt).median;
     rec["timing"][part.name + "_us"] = part_us[part.name];
@@ -471,6 +477,8 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
       part_batch_us[part.name] = b;
     }
   }
+  if (dist_ && dist_->size() > 1) held = dist_->allreduce_max(held ? 0.0 : 1.0) == 0.0;  // every rank's
+  rec["timing"]["launches_held"] = held;  // and every timed part's loop
   if (c.op == "layer") {
     rec["timing"]["layer_us"] = s.median;
     if (part_us.count("base")) {

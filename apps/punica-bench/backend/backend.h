@@ -98,6 +98,9 @@ class Backend {
   // the GPU), replayed `replays` times; returns total / (calls * replays). Negative = unsupported.
   virtual double time_batch(int calls, int replays, const std::function<void(int)>& body) = 0;
   virtual std::string timing_method() const = 0;
+  // Whether the last time_iterations ran its timed launches queued behind a hold (the GPU never
+  // waited for the host inside an event pair; CudaBackend, kernels/common/stream_hold.h).
+  virtual bool last_timing_held() const { return false; }
   virtual Ceilings measure_ceilings() = 0;
 
   // cuBLAS baselines (µs, cold over rotated copies where possible); negative = unavailable.
