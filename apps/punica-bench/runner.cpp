@@ -441,16 +441,22 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   if (opt_.baselines && be_.name() == "cuda") {
     Baseline bl = P.baseline();
     double dense = 0;
-    bool ok = !bl.dense.empty();
+    bool ok = !bl.dense.empty(), bheld = true;  // bheld: every timed baseline loop ran behind a hold
     for (auto& g : bl.dense) {
       double t = be_.baseline_gemm_us(P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, g.m, g.n, g.k, 20);
-      if (t < 0) ok = false; else dense += t;
+      if (t < 0) ok = false; else { dense += t; bheld = bheld && be_.last_timing_held(); }
     }
     double grouped = bl.grouped.empty() ? -1 : be_.baseline_grouped_gemm_us(
         P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, bl.grouped, 20);
-    if (dist_ && dist_->size() > 1) { dense = dist_->allreduce_max(dense); grouped = dist_->allreduce_max(grouped); }
+    if (grouped >= 0) bheld = bheld && be_.last_timing_held();
+    if (dist_ && dist_->size() > 1) {
+      dense = dist_->allreduce_max(dense);
+      grouped = dist_->allreduce_max(grouped);
+      bheld = dist_->allreduce_max(bheld ? 0.0 : 1.0) == 0.0;
+    }
     rec["baseline"] = {{"cublas_us", ok ? nlohmann::json(dense) : nlohmann::json(nullptr)},
-                       {"cublas_grouped_us", grouped >= 0 ? nlohmann::json(grouped) : nlohmann::json(nullptr)}};
+                       {"cublas_grouped_us", grouped >= 0 ? nlohmann::json(grouped) : nlohmann::json(nullptr)},
+                       {"launches_held", bheld}};
     if (ok && s.median > 0) m["speedup_vs_cublas"] = dense / s.median;
     if (grouped >= 0 && s.median > 0) m["speedup_vs_cublas_grouped"] = grouped / s.median;
   }
