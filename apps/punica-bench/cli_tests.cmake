@@ -39,6 +39,9 @@ set_tests_properties(gpu_check_smoke_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE
 add_test(NAME cli_results_roundtrip COMMAND bash -c "
   set -e; rm -f ${TMPD}/a.json ${TMPD}/g.json
   ${PB} run --backend cpu -q --iters 3 -o ${TMPD}/a.json ${TD}/good_tiny.json > /dev/null
+  # every timed case says whether its launches waited behind a hold: never on the CPU backend
+  test \$(grep -c '\"launches_held\": false' ${TMPD}/a.json) -eq \$(grep -c '\"time_us\"' ${TMPD}/a.json)
+  if grep -q '\"launches_held\": true' ${TMPD}/a.json; then echo 'a CPU case says held'; exit 1; fi
   ${EXPECT} 2 'already exists' -- ${PB} run --backend cpu -q -o ${TMPD}/a.json ${TD}/good_tiny.json
   ${PB} export ${TMPD}/a.json --format gbench -o ${TMPD}/g.json
   grep -q '\"benchmarks\"' ${TMPD}/g.json
