@@ -9,6 +9,8 @@
 # go to `run`: without --sample-rows the CPU checks every row, and the 8 Llama-3-8B prefill layer
 # cases ran past a 90 s cap that they meet in ~30 s with 16 rows (NOTES v15: a call lost to that);
 # MPI_NP=N runs each binary under `mpirun -np N` (the layer scenarios' tp > 1 cases).
+# STEP_TIMEOUT (default 280 s) caps each run; a 120-case T=2048/8192 bench filter needs more than
+# 80 s per run (NOTES v16 part 6: a call lost to a lower cap).
 set -uo pipefail
 OUT=${1:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}
 FILTER=${2:?filter}; REPS=${3:?reps}
@@ -23,9 +25,14 @@ for rep in $(seq 1 "$REPS"); do
   for n in "$@"; do
     b=.carry/ab/bin/punica-bench_$n
     [ -x "$b" ] || { echo "ab_bench_device.sh: no binary $b" >&2; status=2; continue; }
+    t0=$(date +%s)
     timeout -k 10 "${STEP_TIMEOUT:-280}" "${LAUNCH[@]}" "$b" run --backend cuda -q ${RUN_ARGS:---no-baselines --sample-rows 16} -f "$FILTER" \
       -o "$OUT/bench_ab/${n}_$rep.json" --overwrite "$SCENARIO" > "$OUT/bench_ab/${n}_$rep.log" 2>&1
-    rc=$?; echo "bench $n rep $rep rc=$rc"; [ $rc -ne 0 ] && status=1
+    rc=$?
+    # a run killed by its cap leaves no JSON (results are written at the end): say so, loudly
+    rc_note=""
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then rc_note=" TIMED OUT at STEP_TIMEOUT=${STEP_TIMEOUT:-280} s, no result"; fi
+    echo "bench $n rep $rep rc=$rc $(( $(date +%s) - t0 ))s$rc_note"; [ $rc -ne 0 ] && status=1
   done
 done
 tar -C "$OUT" -czf "$OUT/bench_ab.tgz" bench_ab && rm -rf "$OUT/bench_ab"
