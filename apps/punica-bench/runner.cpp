@@ -411,7 +411,9 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   int iters = opt_.iters > 0 ? opt_.iters : c.iters;
   int warmup = opt_.warmup >= 0 ? opt_.warmup : c.warmup;
   auto times = be_.time_iterations(warmup, iters, [&](int i) { P.run(be_, sets[std::size_t(i) % copies].ptrs); });
-  bool held = be_.last_timing_held();
+  bool held = be_.last_timing_held();  // ANDed with every later timed loop's, then over the ranks
+  // true on every rank only when it is true on each (a collective: every rank calls it alike)
+  auto on_all_ranks = [&](bool v) { return dist_ && dist_->size() > 1 ? dist_->allreduce_max(v ? 0.0 : 1.0) == 0.0 : v; };
   if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(times);  // slowest rank per iteration
   Stats s = stats(times);
   int calls = std::max<int>(opt_.batch_calls, int(copies));
@@ -426,11 +428,7 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
                    {"noisy", s.mean > 0 && 100.0 * s.stdev / s.mean > 5.0},
                    {"batch_time_us", batch >= 0 ? nlohmann::json(batch) : nlohmann::json(nullptr)},
                    {"batch_mode", be_.name() == "cuda" ? "cuda_graph" : "loop"},
-                   {"batch_calls", calls},
-                   // CUDA: the timed launches waited behind a hold, so no host launch gap is inside an
-                   // event pair (kernels/common/stream_hold.h); false on the CPU backend and after a
-                   // hold that gave up
-                   {"launches_held", held}};
+                   {"batch_calls", calls}};
   nlohmann::json m;
   m["floor_fraction"] = s.median > 0 && floor_us > 0 ? nlohmann::json(floor_us / s.median) : nlohmann::json(nullptr);
   m["gb_per_s"] = s.median > 0 ? w.bytes / (s.median * 1e3) : 0.0;
@@ -449,11 +447,8 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
     double grouped = bl.grouped.empty() ? -1 : be_.baseline_grouped_gemm_us(
         P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, bl.grouped, 20);
     if (grouped >= 0) bheld = bheld && be_.last_timing_held();
-    if (dist_ && dist_->size() > 1) {
-      dense = dist_->allreduce_max(dense);
-      grouped = dist_->allreduce_max(grouped);
-      bheld = dist_->allreduce_max(bheld ? 0.0 : 1.0) == 0.0;
-    }
+    if (dist_ && dist_->size() > 1) { dense = dist_->allreduce_max(dense); grouped = dist_->allreduce_max(grouped); }
+    bheld = on_all_ranks(bheld);
     rec["baseline"] = {{"cublas_us", ok ? nlohmann::json(dense) : nlohmann::json(nullptr)},
                        {"cublas_grouped_us", grouped >= 0 ? nlohmann::json(grouped) : nlohmann::json(nullptr)},
                        {"launches_held", bheld}};
@@ -483,8 +478,10 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
       part_batch_us[part.name] = b;
     }
   }
-  if (dist_ && dist_->size() > 1) held = dist_->allreduce_max(held ? 0.0 : 1.0) == 0.0;  // every rank's
-  rec["timing"]["launches_held"] = held;  // and every timed part's loop
+  // CUDA: every timed loop of the case (the op or layer, each part) waited behind a hold on every
+  // rank, so no host launch gap is inside an event pair (kernels/common/stream_hold.h); false on the
+  // CPU backend and after a hold that gave up
+  rec["timing"]["launches_held"] = on_all_ranks(held);
   if (c.op == "layer") {
     rec["timing"]["layer_us"] = s.median;
     if (part_us.count("base")) {
