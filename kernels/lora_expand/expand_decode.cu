@@ -53,11 +53,11 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
     static_assert(!PER_TOKEN || TB == 1, "one token per block");
     tok[0] = blockIdx.y;
   } else {
-    int entry, tile;
-    if (!find_tile(p.meta, p.L + 1, TB, blockIdx.y, entry, tile)) return;
-    l = p.meta.active_lora_ids[entry];
-    const int nt = min(TB, p.meta.num_tokens_per_lora[entry] - tile * TB);
-    const int start = p.meta.lora_token_start_loc[entry] + tile * TB;
+    TileRef tr;
+    if (!find_tile(p.meta, p.L + 1, TB, blockIdx.y, tr)) return;
+    l = tr.slot;
+    const int nt = tr.rows(TB);
+    const int start = tr.first(TB);
 #pragma unroll
     for (int tt = 0; tt < TB; ++tt) tok[tt] = tt < nt ? p.meta.sorted_token_ids[start + tt] : -1;
   }

@@ -183,13 +183,12 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
   const int64_t Ns = p.n[s];
   const int64_t n0 = int64_t(blockIdx.x) * BN;
   if (n0 >= Ns) return;
-  int entry, tile;
-  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile)) return;
-  const int l = p.meta.active_lora_ids[entry];
+  TileRef tr;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr)) return;
+  const int l = tr.slot;
   const int r = p.ranks[l];
-  const int m0 = tile * BM;
-  const int rows = min(BM, p.meta.num_tokens_per_lora[entry] - m0);
-  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int rows = tr.rows(BM);
+  const int start = tr.first(BM);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nvalid = Ns - n0 < BN ? int(Ns - n0) : BN;
   const T* B = static_cast<const T*>(p.b[s]) + (int64_t(l) * Ns + n0) * p.R;
@@ -318,13 +317,12 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
   const int64_t Ns = p.n[s];
   const int j0 = grp * ntb;
   const int jn = min(ntb, nct - j0);
-  int entry, tile;
+  TileRef tr;
   const int flag = *p.meta.no_lora_flag;  // independent load, in flight with the tile lookup
-  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile) || flag) return;
-  const int l = p.meta.active_lora_ids[entry];
-  const int m0 = tile * BM;
-  const int rows = min(BM, p.meta.num_tokens_per_lora[entry] - m0);
-  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr) || flag) return;
+  const int l = tr.slot;
+  const int rows = tr.rows(BM);
+  const int start = tr.first(BM);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   for (int i = tid; i < BM; i += NT) stok[i] = i < rows ? p.meta.sorted_token_ids[start + i] : -1;
   const int r = p.ranks[l];
@@ -383,7 +381,9 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
             for (int e = 0; e < 4; ++e) v[e] = to_f<TI>(h[e]);
           }
         } else {
-          for (int e = 0; e < r - k; ++e) v[e] = to_f<TI>(src[e]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)  // constant bounds keep v in registers (no stack frame)
+            if (e < r - k) v[e] = to_f<TI>(src[e]);
         }
       }
       uint2 w;

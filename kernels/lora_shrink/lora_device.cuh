@@ -182,15 +182,31 @@ __device__ __forceinline__ int swz(int row, int chunk) { return row * 8 + (chunk
 // numbered consecutively over the entries. Finds the entry and the tile index inside it of the
 // flat tile `flat`; false when `flat` is past the last tile. Whole warp, uniform arguments.
 // with_none: the -1 entry's tokens form tiles too (shrink writes their zero rows).
-__device__ __forceinline__ bool find_tile(const LoraMetaView& m, int n_entries, int bm, int flat,
-                                          int& entry, int& tile, bool with_none = false) {
+// The entry's slot, token count and first position come back with it (TileRef): each lane loads its
+// entry's three values at once, so a block's first token-id load waits for one round of metadata
+// loads instead of a chain of them (slot -> count -> the entry's fields again -> start).
+struct TileRef {
+  int entry, tile;
+  int slot;   // active_lora_ids[entry] (-1: the no-adapter entry)
+  int ntok;   // num_tokens_per_lora[entry]
+  int start;  // lora_token_start_loc[entry]: the entry's first position in sorted_token_ids
+  // This tile's rows (at most bm) and its first position in sorted_token_ids.
+  __device__ __forceinline__ int rows(int bm) const { return min(bm, ntok - tile * bm); }
+  __device__ __forceinline__ int first(int bm) const { return start + tile * bm; }
+};
+__device__ __forceinline__ bool find_tile(const LoraMetaView& m, int n_entries, int bm, int flat, TileRef& t,
+                                          bool with_none = false) {
   const int lane = threadIdx.x & 31;
   int base = 0;
   for (int c = 0; c < n_entries; c += 32) {
     const int i = c + lane;
-    int cnt = 0;
-    if (i < n_entries && (with_none || m.active_lora_ids[i] >= 0))
-      cnt = (max(m.num_tokens_per_lora[i], 0) + bm - 1) / bm;
+    int slot = -1, nt = 0, st = 0;
+    if (i < n_entries) {  // three independent loads
+      slot = m.active_lora_ids[i];
+      nt = m.num_tokens_per_lora[i];
+      st = m.lora_token_start_loc[i];
+    }
+    const int cnt = i < n_entries && (with_none || slot >= 0) ? (max(nt, 0) + bm - 1) / bm : 0;
     int incl = cnt;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -202,8 +218,11 @@ __device__ __forceinline__ bool find_tile(const LoraMetaView& m, int n_entries, 
       const unsigned hit = __ballot_sync(0xffffffffu, flat < base + incl);
       const int src = __ffs(hit) - 1;
       const int excl = __shfl_sync(0xffffffffu, incl - cnt, src);
-      entry = c + src;
-      tile = flat - base - excl;
+      t.entry = c + src;
+      t.tile = flat - base - excl;
+      t.slot = __shfl_sync(0xffffffffu, slot, src);
+      t.ntok = __shfl_sync(0xffffffffu, nt, src);
+      t.start = __shfl_sync(0xffffffffu, st, src);
       return true;
     }
     base += total;

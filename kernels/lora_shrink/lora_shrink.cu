@@ -146,17 +146,15 @@ __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams
   uint4* sx = reinterpret_cast<uint4*>(smem_raw);              // [ST][BM*8] chunks
   uint4* sa = sx + ST * BM * 8;                                 // [ST][BN*8]
   if (*p.meta.no_lora_flag) return;
-  int entry, tile;
-  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, entry, tile)) return;
-  const int l = p.meta.active_lora_ids[entry];
+  TileRef tr;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr)) return;
+  const int l = tr.slot;
   const int r = p.ranks[l];
   const int s = blockIdx.x % p.S, rc = blockIdx.x / p.S;
   const int n0 = rc * BN;
   if (n0 >= r) return;
-  const int ntok = p.meta.num_tokens_per_lora[entry];
-  const int m0 = tile * BM;
-  const int rows = min(BM, ntok - m0);
-  const int start = p.meta.lora_token_start_loc[entry] + m0;
+  const int rows = tr.rows(BM);
+  const int start = tr.first(BM);
   const int64_t ktiles = (p.K + BK - 1) / BK;
   const int64_t kt0 = int64_t(blockIdx.z) * p.ktiles_per_split;
   const int64_t kt1 = min(ktiles, kt0 + p.ktiles_per_split);
@@ -316,14 +314,10 @@ __device__ __forceinline__ void zero_tile_columns(const ShrinkParams& p, int sta
   }
 }
 
-// Tile `tile` of `bm` sorted tokens of entry `entry`: its slot (-1: no adapter), rows and first
-// position in sorted_token_ids.
+// A tile of `bm` sorted tokens (find_tile): its slot (-1: no adapter), rows and first position in
+// sorted_token_ids.
 struct TileRows { int l, rows, start; };
-__device__ __forceinline__ TileRows tile_rows(const ShrinkParams& p, int entry, int tile, int bm) {
-  const int m0 = tile * bm;
-  return {p.meta.active_lora_ids[entry], min(bm, p.meta.num_tokens_per_lora[entry] - m0),
-          p.meta.lora_token_start_loc[entry] + m0};
-}
+__device__ __forceinline__ TileRows tile_rows(const TileRef& t, int bm) { return {t.slot, t.rows(bm), t.first(bm)}; }
 
 // grid (tile bound, ksplit). Block = 64 tokens of one adapter entry x EVERY output column of every
 // slice: the adapter's S * ceil(r/16) groups of 16 rank columns are computed in passes of
@@ -338,7 +332,7 @@ __device__ __forceinline__ TileRows tile_rows(const ShrinkParams& p, int entry, 
 // One (entry, tile) of the fused kernel over k-tiles [kt0, kt1): split = partial sums added
 // atomically into the zeroed y; otherwise every y element of the tile's tokens is stored.
 template <class T, int NGW, int ST, int BM>
-__device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_raw, int entry, int tile,
+__device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_raw, const TileRef& tref,
                                            int64_t kt0, int64_t kt1, bool split) {
   constexpr int BK = 64, WM = BM / 32, WN = 8 / WM, NGP = WN * NGW;
   static_assert(BM == 64 || BM == 128, "64 or 128 tokens per block");
@@ -346,7 +340,7 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
   constexpr int AI = NGP * 16 * 8 / H::kFusedThreads;  // NGP/2 A chunks per thread per stage
   uint4* sx = reinterpret_cast<uint4*>(smem_raw);  // [ST][BM*8]
   uint4* sa = sx + ST * BM * 8;                    // [ST][NGP*16*8]
-  const TileRows tr = tile_rows(p, entry, tile, BM);
+  const TileRows tr = tile_rows(tref, BM);
   const int l = tr.l, rows = tr.rows, start = tr.start;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   float* Y = static_cast<float*>(p.y);
@@ -486,14 +480,14 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
 constexpr int kWkGroups = H::kWkMaxGroups;
 constexpr int kWkLdr = H::kWkLdr;  // reduction row stride (floats): float2 stores conflict-free
 template <class T, int ST>
-__device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* smem_raw, int entry, int tile,
+__device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* smem_raw, const TileRef& tref,
                                               int64_t kt0, int64_t kt1, bool split) {
   constexpr int BM = 64, NGP = kWkGroups;
   constexpr uint32_t XB = BM * 128, AB = NGP * 16 * 128;  // bytes per stage
   static_assert(std::size_t(ST) * (XB + AB) <= H::kWkSmem && std::size_t(4) * BM * kWkLdr * 4 <= H::kWkSmem,
                 "the launch's shared memory (heuristics.h) holds the stages and the k reduction");
   const uint32_t s_x = smem_u32(smem_raw), s_a = s_x + ST * XB;
-  const TileRows tr = tile_rows(p, entry, tile, BM);
+  const TileRows tr = tile_rows(tref, BM);
   const int l = tr.l, rows = tr.rows, start = tr.start;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (l < 0) {
@@ -670,7 +664,7 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
 // ptxas (sm_90a): 82 / 89 / 96 / 177 registers for N = 32 / 48 / 64 / 192, no spills. Measured
 // against the warp-k tile and kept variants: NOTES v10.
 template <class T, int N, int ST>
-__device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* smem_raw, int entry, int tile,
+__device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* smem_raw, const TileRef& tref,
                                               int64_t kt0, int64_t kt1, bool split) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // sm_90a only: the host takes this tile only where wgmma_available()
@@ -680,7 +674,7 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
   static_assert(N % 16 == 0 && (N * 128) % 1024 == 0, "whole swizzle atoms");
   static_assert(std::size_t(ST) * SB + 1024 <= H::wg_smem(N), "the launch's shared memory (heuristics.h) holds the stages");
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const TileRows tr = tile_rows(p, entry, tile, BM);
+  const TileRows tr = tile_rows(tref, BM);
   const int l = tr.l, rows = tr.rows, start = tr.start;
   const int tid = threadIdx.x;
   if (l < 0) {
@@ -848,23 +842,23 @@ __global__ void __launch_bounds__(H::kFusedThreads, WGN > 64 ? 1 : (BM == 64 && 
     w1 = W * (blockIdx.x + 1) / G;
   }
   while (w < w1) {
-    int entry, tile;
+    TileRef tref;
     int64_t k0, k1;
     if (sk) {
       const int t = int(w / ktiles);
       k0 = w - int64_t(t) * ktiles;
       k1 = min(ktiles, k0 + (w1 - w));
-      if (!find_tile(p.meta, p.L + 1, BM, t, entry, tile, false)) return;
+      if (!find_tile(p.meta, p.L + 1, BM, t, tref, false)) return;
       w += k1 - k0;
     } else {
-      if (!find_tile(p.meta, p.L + 1, BM, blockIdx.x, entry, tile, true)) return;
+      if (!find_tile(p.meta, p.L + 1, BM, blockIdx.x, tref, true)) return;
       k0 = int64_t(blockIdx.y) * p.ktiles_per_split;
       k1 = min(ktiles, k0 + p.ktiles_per_split);
       w = w1;
     }
-    if constexpr (WGN > 0) fused_tile_wg<T, WGN, ST>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
-    else if constexpr (WK) fused_tile_wk<T, ST>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
-    else fused_tile<T, NGW, ST, BM>(p, smem_raw, entry, tile, k0, k1, sk || gridDim.y > 1);
+    if constexpr (WGN > 0) fused_tile_wg<T, WGN, ST>(p, smem_raw, tref, k0, k1, sk || gridDim.y > 1);
+    else if constexpr (WK) fused_tile_wk<T, ST>(p, smem_raw, tref, k0, k1, sk || gridDim.y > 1);
+    else fused_tile<T, NGW, ST, BM>(p, smem_raw, tref, k0, k1, sk || gridDim.y > 1);
     if (w < w1) __syncthreads();  // the next tile's prologue overwrites the stages
   }
 }
