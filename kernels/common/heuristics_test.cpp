@@ -267,5 +267,13 @@ TEST(ExpandPipeRouting, Preconditions) {
   EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.num_tokens = 64 * 65535; }));  // grid y extent
 }
 
+// The pipelined expand's column tiles per block at rank <= 16: 3 for two or more slices, 4 for one
+// (results/NOTES.md v17 part 1).
+TEST(ExpandHeuristics, PipeTilesMultiSlice) {
+  EXPECT_EQ(expand_heur::pipe_tiles16(1), 4);
+  EXPECT_EQ(expand_heur::pipe_tiles16(2), 3);
+  EXPECT_EQ(expand_heur::pipe_tiles16(3), 3);
+}
+
 }  // namespace
 }  // namespace punica::kernels

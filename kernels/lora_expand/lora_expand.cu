@@ -441,7 +441,8 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
   if constexpr (!std::is_same_v<T, float>) {
     switch (choose_prefill(a, p, which, pdl)) {
       case K::mma_pipe:
-        if (a.max_rank <= 16) return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, st, nullptr, 0, pdl);
+        if (a.max_rank <= 16)
+          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl);
         return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, pdl);
       case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st);
       case K::mma_staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
