@@ -34,10 +34,10 @@ constexpr int kPipeTiles16 = 4;
 constexpr int kPipeTiles64 = 8;
 // Two or more slices at rank <= 16: at most 3 column tiles per block. Measured (results/NOTES.md v17
 // part 1, 2xH200 host, with the one-round tile lookup): the Llama-3-8B qkv tp2 layer's LoRA part
-// 52.2-52.4 -> 51.1-51.4 us, qkv tp1 72.5-72.9 -> 71.8-72.1, gate_up (2 slices) within +-0.8 us of
-// 214.1-214.3 (tp1) and 122.1-122.7 (tp2); the bench's T=8192 3-slice r=16 expands and
-// add_lora_linear within -1.2..+0.5 us. One slice keeps 4
-// (v11: T=2048, one adapter, 10.9 -> 11.7 us with 3).
+// 52.2-52.4 -> 51.1-51.4 us, qkv tp1 72.5-72.9 -> 71.8-72.1, gate_up (2 slices) 214.1-214.3 ->
+// 214.9-215.4 (tp1, +0.5%) and 122.1-122.7 -> 122.2-122.6 (tp2); the bench's T=8192 3-slice
+// r=16 expands and add_lora_linear within -1.2..+0.5 us. One slice keeps 4 (v11: T=2048, one
+// adapter, 10.9 -> 11.7 us with 3).
 inline int pipe_tiles16(int num_slices) { return num_slices >= 2 ? 3 : kPipeTiles16; }
 
 // The mma kernels' shape preconditions (16-bit B and y, 16-byte B rows).
