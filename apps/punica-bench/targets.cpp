@@ -36,6 +36,17 @@ std::string fmt(double v, int prec = 3) {
   std::snprintf(b, sizeof b, "%.*f", prec, v);
   return b;
 }
+// A missed case's value and its bound, printed with `prec` decimals or, where those would print
+// both alike (0.7995 against 0.8 at 3 decimals reads "0.800 < 0.800"), with up to 4 more.
+std::pair<std::string, std::string> fmt_apart(double v, double bound, int prec) {
+  int p = prec;
+  while (p < prec + 4 && fmt(v, p) == fmt(bound, p)) ++p;
+  return {fmt(v, p), fmt(bound, p)};
+}
+std::string missed(double v, const char* rel, double bound, int prec, const char* unit = "") {
+  const auto [a, b] = fmt_apart(v, bound, prec);
+  return a + unit + " " + rel + " " + b + unit;
+}
 // The case id without its second segment (the op): the shape that ties a shrink, an expand and an
 // add_lora_linear case of one scenario entry together.
 std::string shape_key(const std::string& id) {
@@ -88,11 +99,11 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       if (!timed_pass(c)) continue;
       shapes[shape_key(id)][op] = &c;
       const double fl = jnum(c, {"work", "floor_us"}), ff = jnum(c, {"metrics", "floor_fraction"});
-      if (fl >= 10 && ff == ff) acc.add("cold", op, ff >= 0.8, id + ": floor fraction " + fmt(ff) + " < 0.800", ff);
+      if (fl >= 10 && ff == ff) acc.add("cold", op, ff >= 0.8, id + ": floor fraction " + missed(ff, "<", 0.8, 3), ff);
       const double bt = jnum(c, {"timing", "batch_time_us"});
       if (bt == bt && node == node && fl == fl) {
         const double bound = node + 1.5 + fl / 0.8;
-        acc.add("back_to_back", op, bt <= bound, id + ": " + fmt(bt, 2) + " us > " + fmt(bound, 2) + " us", bt / bound);
+        acc.add("back_to_back", op, bt <= bound, id + ": " + missed(bt, ">", bound, 2, " us"), bt / bound);
       }
     }
     for (const auto& [key, ops] : shapes) {
@@ -107,7 +118,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
         const double l = t(lin), chain = t(sh) + t(ex);
         if (l == l && chain == chain)
           acc.add(cold ? "linear_chain_cold" : "linear_chain_batch", "add_lora_linear", l < chain,
-                  jstr(lin, "id") + ": " + fmt(l, 2) + " us >= " + fmt(chain, 2) + " us");
+                  jstr(lin, "id") + ": " + missed(l, ">=", chain, 2, " us"));
       }
     }
     // ---- layer cases
@@ -129,8 +140,8 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
         const double ff = jnum(c, {"metrics", "lora_floor_fraction"});
         if (ff == ff)
           acc.add("prefill_floor", kind + " tp=" + fmt(tp, 0), ff >= 0.8,
-                  id + ": LoRA floor fraction " + fmt(ff) + " < 0.800 (" + fmt(lora, 2) + " us; 0.800 needs <= " +
-                      fmt(lora * ff / 0.8, 2) + " us)",
+                  id + ": LoRA floor fraction " + missed(ff, "<", 0.8, 3) + " (" + fmt_apart(lora, lora * ff / 0.8, 2).first +
+                      " us; 0.8 needs <= " + fmt_apart(lora, lora * ff / 0.8, 2).second + " us)",
                   ff);
       }
       if (fs && tp == 2) {
@@ -150,13 +161,13 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
             const double bound = 1.1 * (jnum(*it->second, {"timing", "lora_us"}) + comm);
             if (bound == bound)
               acc.add("fully_sharded", phase + " " + kind, lora <= bound,
-                      id + ": " + fmt(lora, 2) + " us > " + fmt(bound, 2) + " us");
+                      id + ": " + missed(lora, ">", bound, 2, " us"));
           }
         }
       }
       if (fs && tp == 2 && phase == "decode") {
         const double ag = jnum(c, {"timing", "comm_all_gather_batch_us"});
-        if (ag == ag) acc.add("decode_gather", kind, ag <= 15.0, id + ": " + fmt(ag, 2) + " us > 15 us", ag);
+        if (ag == ag) acc.add("decode_gather", kind, ag <= 15.0, id + ": " + missed(ag, ">", 15.0, 2, " us"), ag);
       }
     }
   }
@@ -185,8 +196,13 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
   std::snprintf(line, sizeof line, "%-20s %-22s %7s %7s %9s\n", "target", "group", "met", "cases", "median");
   o << line;
   for (const auto& r : rep.rows) {
+    // the median against its target's bound, with the digits that tell them apart
+    const double bound = r.name == "cold" || r.name == "prefill_floor" ? 0.8
+                         : r.name == "back_to_back"                    ? 1.0
+                         : r.name == "decode_gather"                   ? 15.0
+                                                                       : r.median;
     std::snprintf(line, sizeof line, "%-20s %-22s %7d %7d %9s\n", r.name.c_str(), r.group.c_str(), r.met, r.cases,
-                  r.median >= 0 ? fmt(r.median).c_str() : "-");
+                  r.median >= 0 ? fmt_apart(r.median, bound, 3).first.c_str() : "-");
     o << line;
   }
   o << "# targets met in " << rep.met << " of " << rep.cases << " case checks"

@@ -83,3 +83,20 @@ TEST(Targets, NothingToEvaluate) {
   EXPECT_THROW(evaluate_targets({d}, {}, false), Error);
   EXPECT_THROW(evaluate_targets({nlohmann::json::object()}, {}, false), Error);
 }
+
+// A miss by less than the printed precision is printed with the digits that tell value and bound
+// apart, never as "0.800 < 0.800".
+TEST(Targets, MissesPrintApart) {
+  auto d = doc({layer_case("prefill", false, 50.51, nlohmann::json::object(), 0.79996),
+                op_case("lora_expand", 20, 0.9, 12, 27.004)});  // batch bound 0.5 + 1.5 + 25 = 27
+  const TargetsReport r = evaluate_targets({d}, {}, true);
+  EXPECT_EQ(find(r, "prefill_floor", "qkv tp=2")->met, 0);
+  EXPECT_NE(r.text.find("LoRA floor fraction 0.79996 < 0.80000 (50.510 us; 0.8 needs <= 50.507 us)"), std::string::npos)
+      << r.text;
+  EXPECT_EQ(find(r, "back_to_back", "lora_expand")->met, 0);
+  EXPECT_NE(r.text.find("s/lora_expand/x=1: 27.004 us > 27.000 us"), std::string::npos) << r.text;
+  EXPECT_EQ(r.text.find("0.800 < 0.800"), std::string::npos) << r.text;
+  // the summary's median too: 0.79996, not 0.800
+  EXPECT_NE(r.text.find("prefill_floor        qkv tp=2                     0       1   0.79996"), std::string::npos)
+      << r.text;
+}
