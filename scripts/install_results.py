@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Put a standing check's output under results/ (never editing a result file).
+
+    scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots]
+
+DIRs hold the tarballs of `scripts/standing_check.sh` (parts a and b): q.tgz, f.tgz, l.tgz, l8.tgz,
+m.tgz, all five required. Before anything moves it checks that every result JSON in them names one
+git sha, clean, and that every step of every profile exited 0 (logs/steps.txt). Then the files now in
+results/h200 and results/h200x2 go to results/history/<their sha>/ (JSON gzipped, without name or
+time stamp, so that `gunzip` restores them byte for byte; logs and plots beside the JSON they belong
+to), the new ones take their places, and the plots are regenerated from the new bench file. The
+README's and NOTES' text is left to the author. Exit 2 on bad input, nothing moved.
+"""
+import argparse
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+PARTS = ["q", "f", "l", "l8", "m"]
+
+# (part, file in the part's folder) -> path under results/
+PLACES = [
+    ("q", "bench_lora_ops.json", "h200/bench_lora_ops.json"),
+    ("q", "check_smoke.json", "h200/check_smoke.json"),
+    ("q", "logs.tgz", "h200/device_check_quick_logs.tgz"),
+    ("f", "bench_llama3_8b.json", "h200/bench_llama3_8b.json"),
+    ("f", "logs.tgz", "h200/device_check_full_logs.tgz"),
+    ("l", "layers_llama_prefill_np2.json", "h200x2/layers_llama70b_prefill_np2.json"),
+    ("l", "layers_llama_decode_np2.json", "h200x2/layers_llama70b_decode_np2.json"),
+    ("l", "logs.tgz", "h200x2/layers_llama70b_logs.tgz"),
+    ("l8", "layers_ci_np2.json", "h200x2/layers_ci_np2.json"),
+    ("l8", "layers_llama_prefill_np2.json", "h200x2/layers_llama_prefill_np2.json"),
+    ("l8", "layers_llama_decode_np2.json", "h200x2/layers_llama_decode_np2.json"),
+    ("l8", "logs.tgz", "h200x2/layers_llama8b_logs.tgz"),
+    ("m", "microbench_h200.json", "h200/microbench_h200.json"),
+    ("m", "microbench_h200_stderr.txt", "h200/microbench_h200_stderr.txt"),
+]
+GRID = "h200/check_vllm_grid"
+# files without a sha of their own go to history with the JSON they came with
+COMPANION = {
+    "h200/device_check_quick_logs.tgz": "h200/bench_lora_ops.json",
+    "h200/device_check_full_logs.tgz": "h200/bench_llama3_8b.json",
+    "h200x2/layers_llama70b_logs.tgz": "h200x2/layers_llama70b_prefill_np2.json",
+    "h200x2/layers_llama8b_logs.tgz": "h200x2/layers_llama_prefill_np2.json",
+    "h200/microbench_h200_stderr.txt": "h200/microbench_h200.json",
+    "h200/plots": "h200/bench_lora_ops.json",
+}
+
+
+def die(msg):
+    print("install_results: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def sha_of(path):
+    """(sha, dirty) a result file names: tool.git_sha of punica-bench's JSON, context.punica_git_sha
+    of the microbench's (Google Benchmark JSON, no dirty flag)."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        die(f"{path}: not readable JSON ({e})")
+    if isinstance(d.get("tool"), dict) and "git_sha" in d["tool"]:
+        return d["tool"]["git_sha"], bool(d["tool"].get("git_dirty", False))
+    ctx = d.get("context", {})
+    if "punica_git_sha" in ctx:
+        return ctx["punica_git_sha"], False
+    die(f"{path}: names no git sha (field tool.git_sha or context.punica_git_sha expected)")
+
+
+def steps_ok(part, folder):
+    """Every step of device_check.sh exited 0 (or was a skip with a reason): its logs/steps.txt, inside
+    the logs.tgz that device_check.sh leaves."""
+    logs = os.path.join(folder, "logs.tgz")
+    try:
+        with tarfile.open(logs) as tf:
+            text = tf.extractfile("logs/steps.txt").read().decode()
+    except (OSError, KeyError, AttributeError, tarfile.TarError) as e:
+        die(f"{part}.tgz: no logs.tgz with logs/steps.txt ({e}): the profile did not run")
+    bad = [ln.strip() for ln in text.splitlines() if ln.strip() and " rc=0 " not in ln and " skip " not in ln]
+    if bad:
+        die(f"{part}.tgz: logs/steps.txt has steps that did not exit 0: " + "; ".join(bad))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", help="folders with q.tgz f.tgz l.tgz l8.tgz m.tgz")
+    ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results"))
+    ap.add_argument("--dry-run", action="store_true", help="check and say what would move; move nothing")
+    ap.add_argument("--no-plots", action="store_true", help="leave results/h200/plots to scripts/plot_results.py")
+    a = ap.parse_args()
+    res = os.path.abspath(a.results)
+    if not os.path.isdir(os.path.join(res, "h200")):
+        die(f"{res}: no h200/ folder (give --results)")
+
+    tarballs = {}
+    for d in a.dirs:
+        for p in PARTS:
+            t = os.path.join(d, p + ".tgz")
+            if os.path.isfile(t):
+                if p in tarballs:
+                    die(f"{p}.tgz found twice: {tarballs[p]} and {t}")
+                tarballs[p] = t
+    missing = [p + ".tgz" for p in PARTS if p not in tarballs]
+    if missing:
+        die("missing " + ", ".join(missing) + " (scripts/standing_check.sh parts a and b make all five)")
+
+    tmp = tempfile.mkdtemp(prefix="install_results.")
+    try:
+        for p, t in tarballs.items():
+            with tarfile.open(t) as tf:
+                for m in tf.getmembers():
+                    if m.name.startswith("/") or ".." in m.name.split("/"):
+                        die(f"{t}: unsafe member {m.name}")
+                tf.extractall(tmp)
+            if not os.path.isdir(os.path.join(tmp, p)):
+                die(f"{t}: holds no folder {p}/")
+            steps_ok(p, os.path.join(tmp, p))
+        grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
+        if not os.path.isfile(grid_tgz):
+            die(f"{tarballs['f']}: no check_vllm_grid.tgz")
+        gdir = os.path.join(tmp, "grid")
+        os.makedirs(gdir)
+        with tarfile.open(grid_tgz) as tf:
+            for m in tf.getmembers():
+                if not (m.isfile() and m.name.endswith(".json") and "/" not in m.name):
+                    die(f"{grid_tgz}: unexpected member {m.name}")
+            tf.extractall(gdir)
+        grid = sorted(os.listdir(gdir))
+        if not grid:
+            die(f"{grid_tgz}: no shard JSON")
+
+        # every new result: one sha, clean
+        new = [(os.path.join(tmp, p, f), dst) for p, f, dst in PLACES]
+        new += [(os.path.join(gdir, g), f"{GRID}/{g}") for g in grid]
+        shas = {}
+        for src, dst in new:
+            if not os.path.isfile(src):
+                die(f"{src[len(tmp) + 1:]}: missing from {tarballs[src[len(tmp) + 1:].split('/')[0]] if not dst.startswith(GRID) else grid_tgz}")
+            if src.endswith(".json"):
+                sha, dirty = sha_of(src)
+                if dirty:
+                    die(f"{dst}: measured a dirty tree (tool.git_dirty true)")
+                shas.setdefault(sha, []).append(dst)
+        if len(shas) != 1:
+            die("the new files name more than one git sha: " + "; ".join(f"{s}: {', '.join(v)}" for s, v in shas.items()))
+        new_sha = next(iter(shas))
+
+        # where each current file goes: history/<its sha, or its companion's>/
+        current = [dst for _, _, dst in PLACES if os.path.exists(os.path.join(res, dst))]
+        current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID))) if os.path.isdir(os.path.join(res, GRID)) else []
+        current += ["h200/plots"] if os.path.isdir(os.path.join(res, "h200/plots")) else []
+        moves = []
+        for rel in current:
+            comp = COMPANION.get(rel, rel)
+            if not comp.endswith(".json") or not os.path.isfile(os.path.join(res, comp)):
+                die(f"results/{rel}: cannot tell which run it belongs to (results/{comp} missing)")
+            sha, _ = sha_of(os.path.join(res, comp))
+            if sha == new_sha:
+                die(f"results/{rel} already is at {new_sha}: nothing to move to history")
+            # history keeps h200/ files at the folder's top and h200x2/ files in h200x2/
+            hrel = rel[len("h200/"):] if rel.startswith("h200/") else rel
+            hdst = os.path.join(res, "history", sha[:12], hrel + (".gz" if rel.endswith(".json") else ""))
+            if os.path.exists(hdst):
+                die(f"{hdst} exists already: refusing to overwrite history")
+            moves.append((rel, hdst))
+
+        print(f"new files: {len(new)} at {new_sha}")
+        for rel, hdst in moves:
+            print(f"  results/{rel} -> {os.path.relpath(hdst, os.path.dirname(res))}")
+        if a.dry_run:
+            return 0
+
+        for rel, hdst in moves:
+            src = os.path.join(res, rel)
+            os.makedirs(os.path.dirname(hdst), exist_ok=True)
+            if rel.endswith(".json"):
+                with open(src, "rb") as fi:
+                    data = fi.read()
+                buf = io.BytesIO()
+                with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buf, mtime=0) as gz:
+                    gz.write(data)
+                with open(hdst + ".part", "wb") as fo:
+                    fo.write(buf.getvalue())
+                os.replace(hdst + ".part", hdst)
+                os.remove(src)
+            else:
+                shutil.move(src, hdst)
+        for src, dst in new:
+            d = os.path.join(res, dst)
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            shutil.copyfile(src, d + ".part")
+            os.replace(d + ".part", d)
+        if a.no_plots:
+            print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history (plots not redrawn)")
+            return 0
+        plot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot_results.py")
+        # plot_results.py needs matplotlib, which this interpreter may lack (Debian's python3 has it)
+        py = sys.executable
+        if subprocess.call([py, "-c", "import matplotlib"], stderr=subprocess.DEVNULL) != 0 and os.path.exists("/usr/bin/python3"):
+            py = "/usr/bin/python3"
+        rc = subprocess.call([py, plot, os.path.join(res, "h200/bench_lora_ops.json"), "-o",
+                              os.path.join(res, "h200/plots")])
+        if rc != 0:
+            print("install_results: plot_results.py failed (rc %d); the results are in place, the plots are not" % rc,
+                  file=sys.stderr)
+            return 1
+        print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Test of scripts/install_results.py on synthetic standing-check tarballs (CTest: install_results_script).
+
+Each bad input must exit 2 and leave results/ untouched; a good one must move every current file to
+history/<its sha>/ (JSON gzipped, gunzip giving back the same bytes) and put the new files in place.
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "install_results.py")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def result_json(sha, dirty=False, tag=""):
+    return json.dumps({"schema": "punica-bench.result/1", "tool": {"git_sha": sha, "git_dirty": dirty},
+                       "cases": [{"id": "x" + tag, "status": "pass"}]}, indent=1).encode()
+
+
+def micro_json(sha):
+    return json.dumps({"context": {"punica_git_sha": sha}, "benchmarks": []}).encode()
+
+
+def add(tf, name, data):
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    tf.addfile(ti, io.BytesIO(data))
+
+
+def tgz(files):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in files.items():
+            add(tf, name, data)
+    return buf.getvalue()
+
+
+def logs(steps):
+    return tgz({"logs/steps.txt": steps.encode(), "logs/info.txt": b"info\n"})
+
+
+def make_parts(d, sha, *, dirty_part=None, bad_step_part=None, other_sha_part=None, skip=()):
+    """The five tarballs of standing_check.sh parts a and b, written into folder d."""
+    os.makedirs(d, exist_ok=True)
+
+    def j(part, tag=""):
+        s = "f00dfeedbeef" if part == other_sha_part else sha
+        return result_json(s, dirty=(part == dirty_part), tag=tag)
+
+    def lg(part):
+        rc = 1 if part == bad_step_part else 0
+        return logs(f"10:00:00 rc=0 1s first\n10:00:01 rc={rc} 2s second\n10:00:02 skip third: no case matches x\n")
+
+    grid = tgz({"check_vllm_grid_0.json": j("f", "g0"), "check_vllm_grid_1.json": j("f", "g1")})
+    parts = {
+        "q": {"q/bench_lora_ops.json": j("q", "b"), "q/check_smoke.json": j("q", "s"), "q/logs.tgz": lg("q"),
+              "q.txt": b""},
+        "f": {"f/bench_llama3_8b.json": j("f", "8"), "f/check_vllm_grid.tgz": grid, "f/logs.tgz": lg("f")},
+        "l": {"l/layers_ci_np2.json": j("l", "ci70"), "l/layers_llama_prefill_np2.json": j("l", "p70"),
+              "l/layers_llama_decode_np2.json": j("l", "d70"), "l/logs.tgz": lg("l")},
+        "l8": {"l8/layers_ci_np2.json": j("l8", "ci"), "l8/layers_llama_prefill_np2.json": j("l8", "p8"),
+               "l8/layers_llama_decode_np2.json": j("l8", "d8"), "l8/logs.tgz": lg("l8")},
+        "m": {"m/microbench_h200.json": micro_json("f00dfeedbeef" if other_sha_part == "m" else sha),
+              "m/microbench_h200_stderr.txt": b"stderr\n", "m/logs.tgz": lg("m")},
+    }
+    for p, files in parts.items():
+        if p in skip:
+            continue
+        with open(os.path.join(d, p + ".tgz"), "wb") as f:
+            f.write(tgz(files))
+
+
+def make_results(r, sha):
+    """A results/ tree at `sha`, as install_results.py leaves one."""
+    files = {
+        "h200/bench_lora_ops.json": result_json(sha, tag="b"), "h200/check_smoke.json": result_json(sha, tag="s"),
+        "h200/bench_llama3_8b.json": result_json(sha, tag="8"), "h200/microbench_h200.json": micro_json(sha),
+        "h200/microbench_h200_stderr.txt": b"old stderr\n", "h200/device_check_quick_logs.tgz": b"q",
+        "h200/device_check_full_logs.tgz": b"f", "h200/check_vllm_grid/check_vllm_grid_0.json": result_json(sha, tag="g0"),
+        "h200/plots/floor_fraction.png": b"png", "h200x2/layers_ci_np2.json": result_json(sha, tag="ci"),
+        "h200x2/layers_llama_prefill_np2.json": result_json(sha, tag="p8"),
+        "h200x2/layers_llama_decode_np2.json": result_json(sha, tag="d8"),
+        "h200x2/layers_llama70b_prefill_np2.json": result_json(sha, tag="p70"),
+        "h200x2/layers_llama70b_decode_np2.json": result_json(sha, tag="d70"),
+        "h200x2/layers_llama8b_logs.tgz": b"l8", "h200x2/layers_llama70b_logs.tgz": b"l70",
+        "h200/experiments/keep.txt": b"not a result",
+    }
+    for rel, data in files.items():
+        p = os.path.join(r, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(data)
+    return files
+
+
+def tree_digest(root):
+    h = hashlib.sha256()
+    for dp, _, fs in sorted(os.walk(root)):
+        for f in sorted(fs):
+            p = os.path.join(dp, f)
+            h.update(os.path.relpath(p, root).encode())
+            with open(p, "rb") as fh:
+                h.update(fh.read())
+    return h.hexdigest()
+
+
+def run(args):
+    return subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True)
+
+
+def main():
+    old, new = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
+    with tempfile.TemporaryDirectory() as t:
+        res = os.path.join(t, "results")
+        old_files = make_results(res, old)
+        before = tree_digest(res)
+
+        bad = {
+            "missing m.tgz": dict(skip=("m",)),
+            "dirty": dict(dirty_part="l8"),
+            "failed step": dict(bad_step_part="f"),
+            "two shas": dict(other_sha_part="m"),
+        }
+        for name, kw in bad.items():
+            d = os.path.join(t, "bad_" + name.replace(" ", "_"))
+            make_parts(d, new, **kw)
+            r = run([d, "--results", res, "--no-plots"])
+            check(r.returncode == 2, f"{name}: exit 2 expected, got {r.returncode} ({r.stderr.strip()})")
+            check(r.stderr.startswith("install_results: "), f"{name}: an install_results message expected: {r.stderr!r}")
+            check(tree_digest(res) == before, f"{name}: results/ changed")
+        # the messages name what is wrong
+        r = run([os.path.join(t, "bad_dirty"), "--results", res, "--no-plots"])
+        check("git_dirty" in r.stderr and "layers_ci_np2.json" in r.stderr, "dirty: message names the file and field: " + r.stderr)
+        r = run([os.path.join(t, "bad_failed_step"), "--results", res, "--no-plots"])
+        check("f.tgz" in r.stderr and "rc=1" in r.stderr and "second" in r.stderr, "failed step: message names it: " + r.stderr)
+        r = run([os.path.join(t, "bad_two_shas"), "--results", res, "--no-plots"])
+        check("f00dfeedbeef" in r.stderr and "microbench_h200.json" in r.stderr, "two shas: message names both: " + r.stderr)
+
+        # split over two folders (parts a and b), dry run first
+        a_dir, b_dir = os.path.join(t, "a"), os.path.join(t, "b")
+        make_parts(a_dir, new, skip=("l8", "m"))
+        make_parts(b_dir, new, skip=("q", "f", "l"))
+        r = run([a_dir, b_dir, "--results", res, "--no-plots", "--dry-run"])
+        check(r.returncode == 0, f"dry run: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+        check(tree_digest(res) == before, "dry run: results/ changed")
+        r = run([a_dir, b_dir, "--results", res, "--no-plots"])
+        check(r.returncode == 0, f"install: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+
+        hist = os.path.join(res, "history", old)
+        for rel, data in old_files.items():
+            if rel.startswith("h200/experiments/"):
+                check(os.path.isfile(os.path.join(res, rel)), f"{rel}: must stay")
+                continue
+            hrel = rel[len("h200/"):] if rel.startswith("h200/") else rel
+            if rel.endswith(".json"):
+                hp = os.path.join(hist, hrel + ".gz")
+                ok = os.path.isfile(hp)
+                check(ok, f"{rel}: not in history as {hp}")
+                if ok:
+                    with gzip.open(hp, "rb") as g:
+                        check(g.read() == data, f"{rel}: gunzip does not give back its bytes")
+            else:
+                hp = os.path.join(hist, hrel)
+                check(os.path.isfile(hp), f"{rel}: not in history as {hp}")
+        for rel in ["h200/bench_lora_ops.json", "h200/check_vllm_grid/check_vllm_grid_1.json",
+                    "h200x2/layers_llama70b_prefill_np2.json", "h200x2/layers_ci_np2.json", "h200/microbench_h200.json"]:
+            p = os.path.join(res, rel)
+            check(os.path.isfile(p) and new in open(p).read(), f"{rel}: the new file is not in place")
+        p = os.path.join(res, "h200x2/layers_ci_np2.json")
+        check(os.path.isfile(p) and '"xci"' in open(p).read(), "layers_ci_np2.json must be the 8B call's (l8), not the 70B call's")
+        check(not os.path.exists(os.path.join(res, "h200/check_vllm_grid/check_vllm_grid_0.json.gz")), "stray .gz in h200/")
+
+        # a second install of the same files would overwrite nothing: it refuses
+        after = tree_digest(res)
+        r = run([a_dir, b_dir, "--results", res, "--no-plots"])
+        check(r.returncode == 2 and "already is at" in r.stderr, f"re-install: refusal expected ({r.returncode}, {r.stderr.strip()})")
+        check(tree_digest(res) == after, "re-install: results/ changed")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("install_results_test: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

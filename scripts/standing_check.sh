@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The standing check on the GPU machine (2×H200 host), in the two calls it needs (each under the
+# device tool's 10 minutes; ~505 s and ~275 s), with the binaries of scripts/stage_device.sh
+# (carry [".carry"]). Each part leaves one tarball per profile in OUTDIR, at most 3 files a call:
+#   scripts/standing_check.sh OUTDIR a   quick + bench (q.tgz), full (f.tgz), layers with the
+#                                        Llama-3-70B filter (l.tgz)
+#   scripts/standing_check.sh OUTDIR b   layers with the Llama-3-8B filter (l8.tgz; its layers_ci
+#                                        JSON is the one kept), the microbench (m.tgz)
+# Back here, scripts/install_results.sh DIR [DIR...] checks them and puts them under results/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: standing_check.sh OUTDIR a|b}
+PART=${2:?usage: standing_check.sh OUTDIR a|b}
+mkdir -p "$OUT" || exit 2
+export NCCL_NVLS_ENABLE=0
+t0=$(date +%s)
+status=0
+one() {  # one NAME STEP_TIMEOUT [VAR=VALUE] PROFILE... : device_check.sh into OUT/NAME, then NAME.tgz
+  local name=$1 cap=$2; shift 2
+  local envs=()
+  while [[ $# -gt 0 && "$1" == *=* ]]; do envs+=("$1"); shift; done
+  env STEP_TIMEOUT="$cap" "${envs[@]}" scripts/device_check.sh "$OUT/$name" "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && status=1
+  tar -C "$OUT" -czf "$OUT/$name.tgz" "$name" "$name.txt" && rm -rf "${OUT:?}/$name" "$OUT/$name.txt"
+  echo "[$(( $(date +%s) - t0 )) s] $name rc=$rc"
+}
+case "$PART" in
+  a) one q 170 quick bench
+     one f 150 full
+     one l 190 LAYERS_FILTER='model=llama-3-70b' layers ;;
+  b) one l8 190 LAYERS_FILTER='model=llama-3-8b' layers
+     one m 150 micro ;;
+  *) echo "standing_check.sh: part '$PART' is not a or b" >&2; exit 2 ;;
+esac
+exit $status
