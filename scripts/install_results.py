@@ -137,12 +137,15 @@ def main():
             die(f"{grid_tgz}: no shard JSON")
 
         # every new result: one sha, clean
-        new = [(os.path.join(tmp, p, f), dst) for p, f, dst in PLACES]
-        new += [(os.path.join(gdir, g), f"{GRID}/{g}") for g in grid]
+        new = []
+        for p, f, dst in PLACES:
+            src = os.path.join(tmp, p, f)
+            if not os.path.isfile(src):
+                die(f"{tarballs[p]}: no {p}/{f}")
+            new.append((src, dst))
+        new += [(os.path.join(gdir, g), f"{GRID}/{g}") for g in grid]  # listed from the folder: present
         shas = {}
         for src, dst in new:
-            if not os.path.isfile(src):
-                die(f"{src[len(tmp) + 1:]}: missing from {tarballs[src[len(tmp) + 1:].split('/')[0]] if not dst.startswith(GRID) else grid_tgz}")
             if src.endswith(".json"):
                 sha, dirty = sha_of(src)
                 if dirty:

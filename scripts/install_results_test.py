@@ -52,7 +52,7 @@ def logs(steps):
     return tgz({"logs/steps.txt": steps.encode(), "logs/info.txt": b"info\n"})
 
 
-def make_parts(d, sha, *, dirty_part=None, bad_step_part=None, other_sha_part=None, skip=()):
+def make_parts(d, sha, *, dirty_part=None, bad_step_part=None, other_sha_part=None, skip=(), drop=()):
     """The five tarballs of standing_check.sh parts a and b, written into folder d."""
     os.makedirs(d, exist_ok=True)
 
@@ -79,6 +79,7 @@ def make_parts(d, sha, *, dirty_part=None, bad_step_part=None, other_sha_part=No
     for p, files in parts.items():
         if p in skip:
             continue
+        files = {k: v for k, v in files.items() if k not in drop}
         with open(os.path.join(d, p + ".tgz"), "wb") as f:
             f.write(tgz(files))
 
@@ -133,6 +134,7 @@ def main():
             "dirty": dict(dirty_part="l8"),
             "failed step": dict(bad_step_part="f"),
             "two shas": dict(other_sha_part="m"),
+            "file missing": dict(drop=("l8/layers_ci_np2.json",)),
         }
         for name, kw in bad.items():
             d = os.path.join(t, "bad_" + name.replace(" ", "_"))
@@ -146,6 +148,8 @@ def main():
         check("git_dirty" in r.stderr and "layers_ci_np2.json" in r.stderr, "dirty: message names the file and field: " + r.stderr)
         r = run([os.path.join(t, "bad_failed_step"), "--results", res, "--no-plots"])
         check("f.tgz" in r.stderr and "rc=1" in r.stderr and "second" in r.stderr, "failed step: message names it: " + r.stderr)
+        r = run([os.path.join(t, "bad_file_missing"), "--results", res, "--no-plots"])
+        check("l8.tgz: no l8/layers_ci_np2.json" in r.stderr, "file missing: message names tarball and file: " + r.stderr)
         r = run([os.path.join(t, "bad_two_shas"), "--results", res, "--no-plots"])
         check("f00dfeedbeef" in r.stderr and "microbench_h200.json" in r.stderr, "two shas: message names both: " + r.stderr)
 
