@@ -60,6 +60,43 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+// Events, a graph and its executable that are destroyed on every way out of the timing loops,
+// an error included (return codes of the destroys are ignored: they run during unwinding).
+struct Events {
+  std::vector<cudaEvent_t> ev;
+  explicit Events(std::size_t n) {
+    ev.reserve(n);
+    try {
+      for (std::size_t i = 0; i < n; ++i) {
+        cudaEvent_t e = nullptr;
+        PUNICA_CUDA_CHECK(cudaEventCreate(&e));
+        ev.push_back(e);
+      }
+    } catch (...) {
+      destroy();  // a throwing constructor runs no destructor
+      throw;
+    }
+  }
+  ~Events() { destroy(); }
+  void destroy() {
+    for (auto e : ev) cudaEventDestroy(e);
+    ev.clear();
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t operator[](std::size_t i) const { return ev[i]; }
+};
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph() = default;
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -195,8 +232,7 @@ class CudaBackend final : public Backend {
 
   std::vector<double> time_iterations(int warmup, int iters, const std::function<void(int)>& body) override {
     for (int i = 0; i < warmup; ++i) body(i);
-    std::vector<cudaEvent_t> ev(2 * std::size_t(iters));
-    for (auto& e : ev) PUNICA_CUDA_CHECK(cudaEventCreate(&e));
+    const Events ev(2 * std::size_t(iters));
     // The timed launches queue up behind a hold and run back to back once released, so the events
     // time the GPU, not the host's launch rate (kernels/common/stream_hold.h). Chunks of
     // kHoldChunk iterations keep the launch queue short; the next chunk's hold sits between two
@@ -214,7 +250,6 @@ class CudaBackend final : public Backend {
         }
       } catch (...) {
         hold_->release();  // never leave the stream held behind an error
-        for (auto& e : ev) cudaEventDestroy(e);
         throw;
       }
       hold_->release();
@@ -227,41 +262,32 @@ class CudaBackend final : public Backend {
       PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
       t[i] = ms * 1e3;
     }
-    for (auto& e : ev) cudaEventDestroy(e);
     return t;
   }
   double time_batch(int calls, int replays, const std::function<void(int)>& body) override {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
+    Graph g;
     synchronize();
     PUNICA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
       for (int i = 0; i < calls; ++i) body(i);
     } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph) cudaGraphDestroy(graph);
+      cudaStreamEndCapture(stream_, &g.graph);  // ends the capture; g destroys what it made
       throw;
     }
-    PUNICA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    PUNICA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    PUNICA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // warm-up replay
-    cudaEvent_t a, b;
-    PUNICA_CUDA_CHECK(cudaEventCreate(&a));
-    PUNICA_CUDA_CHECK(cudaEventCreate(&b));
+    PUNICA_CUDA_CHECK(cudaStreamEndCapture(stream_, &g.graph));
+    PUNICA_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    PUNICA_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));  // warm-up replay
+    const Events ev(2);
     std::vector<double> per;
     for (int r = 0; r < replays; ++r) {
-      PUNICA_CUDA_CHECK(cudaEventRecord(a, stream_));
-      PUNICA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-      PUNICA_CUDA_CHECK(cudaEventRecord(b, stream_));
-      PUNICA_CUDA_CHECK(cudaEventSynchronize(b));
+      PUNICA_CUDA_CHECK(cudaEventRecord(ev[0], stream_));
+      PUNICA_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+      PUNICA_CUDA_CHECK(cudaEventRecord(ev[1], stream_));
+      PUNICA_CUDA_CHECK(cudaEventSynchronize(ev[1]));
       float ms = 0;
-      PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
       per.push_back(ms * 1e3 / calls);
     }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     return median(per);
   }
   std::string timing_method() const override { return "cuda_events"; }
