@@ -6,7 +6,7 @@
 #                                        Llama-3-70B filter (l.tgz)
 #   scripts/standing_check.sh OUTDIR b   layers with the Llama-3-8B filter (l8.tgz; its layers_ci
 #                                        JSON is the one kept), the microbench (m.tgz)
-# Back here, scripts/install_results.sh DIR [DIR...] checks them and puts them under results/.
+# Back here, scripts/install_results.py DIR [DIR...] checks them and puts them under results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: standing_check.sh OUTDIR a|b}
