@@ -295,7 +295,10 @@ int main(int argc, char** argv) {
   bool tgt_overwrite = false, tgt_strict = false, tgt_missed = false;
   auto* targets = app.add_subcommand(
       "targets", "Evaluate the issues' performance targets on result files (exit 3 with --strict when one is missed)");
-  targets->add_option("results", tgt_in, "Result JSON files (bench and/or layer runs)")->required();
+  targets->add_option("results", tgt_in,
+                      "Result JSON files (bench and/or layer runs); repeated runs of the same cases each count, "
+                      "so a row reads met k of n runs")
+      ->required();
   targets->add_option("-t,--target", tgt_names, "Only these targets (repeatable; definitions in targets.h)")
       ->check(CLI::IsMember(target_names()));
   targets->add_flag("--list-missed", tgt_missed, "Print every case that misses a target, with its value and bound");

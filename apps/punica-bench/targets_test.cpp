@@ -100,3 +100,18 @@ TEST(Targets, MissesPrintApart) {
   EXPECT_NE(r.text.find("prefill_floor        qkv tp=2                     0       1   0.79996"), std::string::npos)
       << r.text;
 }
+
+// Repeated runs of the same cases (one document each) each count: a row reads "met k of n runs"
+// and its median is over the runs.
+TEST(Targets, RepeatedRunsEachCount) {
+  std::vector<nlohmann::json> runs;
+  for (double ff : {0.81, 0.79, 0.78})
+    runs.push_back(doc({layer_case("prefill", false, 50, nlohmann::json::object(), ff)}));
+  const TargetsReport r = evaluate_targets(runs, {"prefill_floor"}, false);
+  const TargetRow* row = find(r, "prefill_floor", "qkv tp=2");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->cases, 3);
+  EXPECT_EQ(row->met, 1);
+  EXPECT_DOUBLE_EQ(row->median, 0.79);
+  EXPECT_EQ(r.doc["sources"].size(), 3u);
+}
