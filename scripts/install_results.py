@@ -12,6 +12,7 @@ to), the new ones take their places, and the plots are regenerated from the new 
 README's and NOTES' text is left to the author. Exit 2 on bad input, nothing moved.
 """
 import argparse
+import functools
 import gzip
 import io
 import json
@@ -58,6 +59,7 @@ def die(msg):
     sys.exit(2)
 
 
+@functools.lru_cache(maxsize=None)  # a companion JSON (the bench file: logs, plots) is read once
 def sha_of(path):
     """(sha, dirty) a result file names: tool.git_sha of punica-bench's JSON, context.punica_git_sha
     of the microbench's (Google Benchmark JSON, no dirty flag)."""
@@ -72,6 +74,13 @@ def sha_of(path):
     if "punica_git_sha" in ctx:
         return ctx["punica_git_sha"], False
     die(f"{path}: names no git sha (field tool.git_sha or context.punica_git_sha expected)")
+
+
+def write_atomic(path, data):
+    """`data` at `path` through a .part file renamed over it: never half-written."""
+    with open(path + ".part", "wb") as fo:
+        fo.write(data)
+    os.replace(path + ".part", path)
 
 
 def steps_ok(part, folder):
@@ -189,17 +198,15 @@ def main():
                 buf = io.BytesIO()
                 with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buf, mtime=0) as gz:
                     gz.write(data)
-                with open(hdst + ".part", "wb") as fo:
-                    fo.write(buf.getvalue())
-                os.replace(hdst + ".part", hdst)
+                write_atomic(hdst, buf.getvalue())
                 os.remove(src)
             else:
                 shutil.move(src, hdst)
         for src, dst in new:
             d = os.path.join(res, dst)
             os.makedirs(os.path.dirname(d), exist_ok=True)
-            shutil.copyfile(src, d + ".part")
-            os.replace(d + ".part", d)
+            with open(src, "rb") as fi:
+                write_atomic(d, fi.read())
         if a.no_plots:
             print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history (plots not redrawn)")
             return 0

@@ -151,7 +151,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
         if (ff == ff) {
           const auto [us, need] = fmt_apart(lora, lora * ff / kFloorFraction, 2);
           acc.add("prefill_floor", kind + " tp=" + fmt(tp, 0), ff >= kFloorFraction,
-                  id + ": LoRA floor fraction " + missed(ff, "<", kFloorFraction, 3) + " (" + us + " us; 0.8 needs <= " +
+                  id + ": LoRA floor fraction " + missed(ff, "<", kFloorFraction, 3) + " (" + us + " us; " + fmt(kFloorFraction, 1) + " needs <= " +
                       need + " us)",
                   ff);
         }

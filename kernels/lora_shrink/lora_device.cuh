@@ -186,7 +186,7 @@ __device__ __forceinline__ int swz(int row, int chunk) { return row * 8 + (chunk
 // entry's three values at once, so a block's first token-id load waits for one round of metadata
 // loads instead of a chain of them (slot -> count -> the entry's fields again -> start).
 struct TileRef {
-  int entry, tile;
+  int tile;   // the tile's index inside its entry
   int slot;   // active_lora_ids[entry] (-1: the no-adapter entry)
   int ntok;   // num_tokens_per_lora[entry]
   int start;  // lora_token_start_loc[entry]: the entry's first position in sorted_token_ids
@@ -218,7 +218,6 @@ __device__ __forceinline__ bool find_tile(const LoraMetaView& m, int n_entries, 
       const unsigned hit = __ballot_sync(0xffffffffu, flat < base + incl);
       const int src = __ffs(hit) - 1;
       const int excl = __shfl_sync(0xffffffffu, incl - cnt, src);
-      t.entry = c + src;
       t.tile = flat - base - excl;
       t.slot = __shfl_sync(0xffffffffu, slot, src);
       t.ntok = __shfl_sync(0xffffffffu, nt, src);

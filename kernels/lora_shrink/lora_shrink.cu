@@ -314,11 +314,6 @@ __device__ __forceinline__ void zero_tile_columns(const ShrinkParams& p, int sta
   }
 }
 
-// A tile of `bm` sorted tokens (find_tile): its slot (-1: no adapter), rows and first position in
-// sorted_token_ids.
-struct TileRows { int l, rows, start; };
-__device__ __forceinline__ TileRows tile_rows(const TileRef& t, int bm) { return {t.slot, t.rows(bm), t.first(bm)}; }
-
 // grid (tile bound, ksplit). Block = 64 tokens of one adapter entry x EVERY output column of every
 // slice: the adapter's S * ceil(r/16) groups of 16 rank columns are computed in passes of
 // NGP = 4 * NGW groups, so for S * r <= 64 * NGW the x tile streams from HBM once. 8 warps:
@@ -340,8 +335,7 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
   constexpr int AI = NGP * 16 * 8 / H::kFusedThreads;  // NGP/2 A chunks per thread per stage
   uint4* sx = reinterpret_cast<uint4*>(smem_raw);  // [ST][BM*8]
   uint4* sa = sx + ST * BM * 8;                    // [ST][NGP*16*8]
-  const TileRows tr = tile_rows(tref, BM);
-  const int l = tr.l, rows = tr.rows, start = tr.start;
+  const int l = tref.slot, rows = tref.rows(BM), start = tref.first(BM);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   float* Y = static_cast<float*>(p.y);
   const int S = p.S, R = p.R;
@@ -487,8 +481,7 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
   static_assert(std::size_t(ST) * (XB + AB) <= H::kWkSmem && std::size_t(4) * BM * kWkLdr * 4 <= H::kWkSmem,
                 "the launch's shared memory (heuristics.h) holds the stages and the k reduction");
   const uint32_t s_x = smem_u32(smem_raw), s_a = s_x + ST * XB;
-  const TileRows tr = tile_rows(tref, BM);
-  const int l = tr.l, rows = tr.rows, start = tr.start;
+  const int l = tref.slot, rows = tref.rows(BM), start = tref.first(BM);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (l < 0) {
     if (!split) zero_tile_columns(p, start, rows, 0);
@@ -674,8 +667,7 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
   static_assert(N % 16 == 0 && (N * 128) % 1024 == 0, "whole swizzle atoms");
   static_assert(std::size_t(ST) * SB + 1024 <= H::wg_smem(N), "the launch's shared memory (heuristics.h) holds the stages");
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const TileRows tr = tile_rows(tref, BM);
-  const int l = tr.l, rows = tr.rows, start = tr.start;
+  const int l = tref.slot, rows = tref.rows(BM), start = tref.first(BM);
   const int tid = threadIdx.x;
   if (l < 0) {
     if (!split) zero_tile_columns(p, start, rows, 0);
