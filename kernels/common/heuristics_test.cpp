@@ -103,6 +103,36 @@ TEST(ShrinkHeuristics, StreamKFromLongRanges) {
   EXPECT_FALSE(shrink_heur::fused_config(8192, 4096, 3, 16, 132).stream_k);
 }
 
+// The cluster tile: column groups of an even number of 8-column blocks, clusters along K until ~2
+// CTAs per SM (or 8 CTAs, or one chunk per warp), 16-token tiles where 32-token ones stay short.
+TEST(ShrinkHeuristics, ClusterTile) {
+  using shrink_heur::cluster_config;
+  const auto a = cluster_config(256, 4096, 1, 16, 1, 132);  // 2 blocks, 16-token tiles, C = 8
+  EXPECT_EQ(a.nbw, 2);
+  EXPECT_EQ(a.ncg, 1);
+  EXPECT_EQ(a.mg, 1);
+  EXPECT_EQ(a.tiles, 256 / 16 + 2);
+  EXPECT_EQ(a.cluster, 8);
+  EXPECT_EQ(a.chunks_per_cta, 4096 / 32 / 8);
+  const auto b = cluster_config(2048, 4096, 3, 16, 1, 132);  // qkv r=16: 6 blocks, 32-token tiles
+  EXPECT_EQ(b.nbw, 6);
+  EXPECT_EQ(b.mg, 2);
+  EXPECT_EQ(b.cluster, 4);  // 66 tiles x 4 >= 264
+  const auto c = cluster_config(1024, 4096, 3, 64, 8, 132);  // 24 blocks: 3 groups of 8
+  EXPECT_EQ(c.nbw, 8);
+  EXPECT_EQ(c.ncg, 3);
+  const auto d = cluster_config(300, 72, 2, 16, 3, 132);  // 3 chunks: one CTA per cluster
+  EXPECT_EQ(d.cluster, 1);
+  EXPECT_EQ(d.chunks_per_cta, 3);
+  EXPECT_EQ(cluster_config(300, 4096, 1, 1, 3, 132).nbw, 2);  // 1 block rounds up to 2
+  EXPECT_TRUE(shrink_heur::cluster_fits(8, 32));
+  EXPECT_FALSE(shrink_heur::cluster_fits(8, 64));
+  EXPECT_FALSE(shrink_heur::cluster_fits(1, 512));
+  EXPECT_TRUE(shrink_heur::auto_cluster(256, 3, 16));
+  EXPECT_FALSE(shrink_heur::auto_cluster(128, 3, 16));
+  EXPECT_FALSE(shrink_heur::auto_cluster(8192, 3, 16));
+}
+
 TEST(ShrinkHeuristics, DecodeKernelRange) {
   EXPECT_TRUE(shrink_heur::use_decode_kernel(1, 3, 64, 8));
   EXPECT_TRUE(shrink_heur::use_decode_kernel(63, 3, 64, 8));

@@ -274,4 +274,58 @@ inline bool use_decode_kernel(int64_t T, int S, int max_rank, int max_loras) {
   return !(cols >= 192 || (cols >= 64 && T >= 8 * int64_t(max_loras)));
 }
 
+// Cluster split-K tile (shrink_cluster.cu; sm_90 thread-block clusters): a CTA owns BM = 16 * mg
+// tokens of one adapter (tiles over the sorted tokens, the -1 entry's included: their zero rows),
+// nbw blocks of 8 rank columns over all slices (a column group; ncg groups cover S * ceil(R / 8)
+// blocks), and 1 / C of K; its kClThreads / 32 warps split that range by 32-element chunks, loading
+// x and A straight into mma.sync fragments (16-byte loads; k permuted identically in both operands),
+// and the C CTAs of a cluster sum their partials through distributed shared memory, each storing
+// 1 / C of the tile's rows. Every y element is written once: no zero kernel, no atomics,
+// deterministic. Up to kClMaxGroups column groups (S * ceil(R / 8) <= 32 blocks of 8 columns).
+constexpr int kClThreads = 128;
+constexpr int kClMaxNbw = 8;
+constexpr int kClMaxGroups = 4;
+constexpr int kClMaxCluster = 8;  // the portable cluster size
+struct ClusterConfig {
+  int mg = 2, nbw = 8, ncg = 1, cluster = 1, chunks_per_cta = 1;
+  int64_t tiles = 0;  // upper bound of the token tiles (grid z)
+};
+inline bool cluster_fits(int S, int max_rank) {
+  const int blocks = S * ((max_rank + 7) / 8);
+  return max_rank > 0 && blocks <= kClMaxNbw * kClMaxGroups;
+}
+// Clusters of C CTAs along K until the grid holds ~2 CTAs per SM (the kernel's occupancy), each
+// warp keeping at least one 32-element chunk; 16-token tiles (mg = 1) where 32-token tiles would
+// not reach that many CTAs even with C = 8.
+inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, int64_t max_loras, int num_sms) {
+  ClusterConfig c;
+  const int blocks = S * ((max_rank + 7) / 8);
+  if (blocks <= kClMaxNbw) {
+    c.nbw = std::min(kClMaxNbw, ((blocks + 1) / 2) * 2);
+    c.ncg = 1;
+  } else {
+    c.nbw = kClMaxNbw;
+    c.ncg = (blocks + kClMaxNbw - 1) / kClMaxNbw;
+  }
+  const int64_t target = 2 * int64_t(num_sms);
+  const int64_t extra = std::min<int64_t>(std::max<int64_t>(max_loras, 0) + 1, T);  // partial tile per entry
+  const int64_t tiles32 = (T + 31) / 32 + extra;
+  c.mg = tiles32 * c.ncg * kClMaxCluster < target ? 1 : 2;
+  c.tiles = (T + 16 * c.mg - 1) / (16 * c.mg) + extra;
+  const int64_t nch = std::max<int64_t>(1, (K + 31) / 32);
+  const int warps = kClThreads / 32;
+  int C = 1;
+  while (C < kClMaxCluster && C * int64_t(c.ncg) * c.tiles < target && nch >= int64_t(2 * C) * warps) C *= 2;
+  c.cluster = C;
+  c.chunks_per_cta = int((nch + C - 1) / C);
+  return c;
+}
+// The automatic path takes the cluster tile for kClMinTokens <= T <= kClMaxTokens (16-bit x, fp32 y,
+// 16-byte rows, an sm_90 device; cluster_fits).
+constexpr int64_t kClMinTokens = 129;
+constexpr int64_t kClMaxTokens = 4096;
+inline bool auto_cluster(int64_t T, int S, int max_rank) {
+  return T >= kClMinTokens && T <= kClMaxTokens && cluster_fits(S, max_rank);
+}
+
 }  // namespace punica::kernels::shrink_heur

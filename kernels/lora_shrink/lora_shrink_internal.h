@@ -26,9 +26,17 @@ int shrink_partials_nsplit(int64_t K);
 // fused_wg: the wgmma tile (128 tokens, both operands in shared memory; sm_90a) where
 // 16 * S * ceil(R/16) is 32, 48, 64 or 192 and wgmma_available(), else fused (automatic takes it
 // where shrink_heur::auto_wg says).
-enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk, fused_wg };
+// cluster: the cluster split-K tile (shrink_cluster.cu; 16-bit x, fp32 y, 16-byte rows,
+// shrink_heur::cluster_fits, an sm_90 device) at any T, else automatic (automatic takes it where
+// shrink_heur::auto_cluster says).
+enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk, fused_wg, cluster };
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 // The wgmma tile can run: the build holds sm_90a code (PUNICA_HAVE_SM90A) and the device is 9.0.
 bool wgmma_available();
+// Thread-block clusters can be launched on the current device (sm_90 and later).
+bool cluster_available();
+// The cluster tile takes this call (dtypes, alignment, ranks, device); launch_shrink_cluster requires it.
+bool shrink_cluster_ok(const LoraShrinkArgs& a);
+void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail

@@ -246,6 +246,28 @@ void run_forced_streamk_and_none(detail::ShrinkKernel k) {
 // The warp-k tile (adapters of <= 4 groups of 16 columns over all slices): split-K (T=300),
 // stream-K (T=8000), no split (K=192: 3 k-tiles), a K % 64 tail (K=4104), R % 4 != 0 (scalar
 // stores and atomics), mixed true ranks with NaN padding, every token without an adapter.
+// The cluster split-K tile (sm_90): 16- and 32-token tiles, clusters of 1 to 8 CTAs along K, a K
+// tail that is not a whole 32-element chunk (K = 2056, 72), column groups of 2 / 4 / 6 / 8 blocks
+// and several groups (8 slices, R = 100), mixed true ranks (0, 1, 13, 33) with NaN padding, tokens
+// without an adapter, every token without one, both 16-bit dtypes.
+TEST(LoraShrink, ClusterTile) {
+  if (!detail::cluster_available()) GTEST_SKIP() << "needs a device with thread-block clusters (sm_90)";
+  using K = detail::ShrinkKernel;
+  auto cl = [](ShrinkCase c) { run_forced(K::cluster, c); };
+  for (int T : {1, 7, 33, 300, 1000, 2500}) cl({DType::bf16, DType::f32, T, 4096, 3, {16, 8, 0, 13, 1}});
+  cl({DType::f16, DType::f32, 300, 2056, 1, {64, 33, 0, 7}});
+  cl({DType::bf16, DType::f32, 129, 72, 2, {16, 5, 0}});
+  cl({DType::bf16, DType::f32, 700, 4096, 8, {16, 9, 0, 16}});
+  cl({DType::f16, DType::f32, 257, 1024, 1, {100, 64, 0, 3}});
+  cl({DType::bf16, DType::f32, 4000, 4096, 1, {64, 8, 16}});
+  std::vector<int> r32;
+  for (int l = 0; l < 32; ++l) r32.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
+  cl({DType::bf16, DType::f32, 256, 4096, 3, r32});
+  ShrinkCase none{DType::bf16, DType::f32, 300, 4096, 2, {16, 8}};
+  none.all_none = true;
+  cl(none);
+}
+
 TEST(LoraShrink, WarpKTile) {
   using K = detail::ShrinkKernel;
   auto wk = [](ShrinkCase c) { run_forced(K::fused_wk, c); };
