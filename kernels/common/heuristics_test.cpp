@@ -128,9 +128,17 @@ TEST(ShrinkHeuristics, ClusterTile) {
   EXPECT_TRUE(shrink_heur::cluster_fits(8, 32));
   EXPECT_FALSE(shrink_heur::cluster_fits(8, 64));
   EXPECT_FALSE(shrink_heur::cluster_fits(1, 512));
-  EXPECT_TRUE(shrink_heur::auto_cluster(256, 3, 16));
-  EXPECT_FALSE(shrink_heur::auto_cluster(128, 3, 16));
-  EXPECT_FALSE(shrink_heur::auto_cluster(8192, 3, 16));
+  // automatic: one slice up to rank 16 for 129..2048 tokens; up to 6 blocks (qkv r=16) to 256
+  // tokens with at most 8 adapters; never rank 64, T <= 128 or T > 2048
+  EXPECT_TRUE(shrink_heur::auto_cluster(256, 1, 16, 32));
+  EXPECT_TRUE(shrink_heur::auto_cluster(2048, 1, 16, 1));
+  EXPECT_FALSE(shrink_heur::auto_cluster(2049, 1, 16, 1));
+  EXPECT_FALSE(shrink_heur::auto_cluster(128, 1, 16, 1));
+  EXPECT_TRUE(shrink_heur::auto_cluster(256, 3, 16, 8));
+  EXPECT_FALSE(shrink_heur::auto_cluster(256, 3, 16, 32));
+  EXPECT_FALSE(shrink_heur::auto_cluster(512, 3, 16, 8));
+  EXPECT_FALSE(shrink_heur::auto_cluster(256, 1, 64, 1));
+  EXPECT_FALSE(shrink_heur::auto_cluster(8192, 1, 16, 1));
 }
 
 TEST(ShrinkHeuristics, DecodeKernelRange) {

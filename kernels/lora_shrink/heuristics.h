@@ -320,12 +320,28 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
   c.chunks_per_cta = int((nch + C - 1) / C);
   return c;
 }
-// The automatic path takes the cluster tile for kClMinTokens <= T <= kClMaxTokens (16-bit x, fp32 y,
-// 16-byte rows, an sm_90 device; cluster_fits).
+// The automatic lora_shrink takes the cluster tile (16-bit x, fp32 y, 16-byte rows, an sm_90 device)
+// where it measured faster on the H200 (bench_lora_ops, exp/shrink-cluster-wide against 7d0a50e,
+// results/NOTES.md v19; back to back / cold):
+// - at most 2 blocks of 8 columns over all slices (one slice, rank <= 16), 129 <= T <= 2048, any
+//   number of adapters: T=256 0.57-0.76 / 0.81-0.89 of the atomic split-K path's time (H=4096 r=16,
+//   one adapter: 3.99 against 6.69 us back to back), T=2048 0.77-0.89 / 0.86-0.93;
+// - 3 to 6 blocks (qkv or gate_up at rank 16, one slice up to rank 48) with at most 8 adapters up to
+//   T=256: qkv r=16 0.74-0.77 / 1.00-1.08.
+// Not elsewhere: 8 blocks and more (rank 64) were 0.80-1.01 back to back but 1.09-1.29 cold at
+// T=256 and 1.7-2.6x slower from T=2048; qkv r=16 1.7x slower at T=2048; 32 adapters of rank 64 or
+// 3 slices 1.1-1.5x slower (each adapter's A re-read per 16/32-token tile); T=16-64 (the decode
+// kernel) 1.1-2x slower at rank 16; T=8192 1.1-3.5x slower.
+// add_lora_linear does not take it (detail::ShrinkKernel::no_cluster): its chain measured 0.90-1.16
+// of the atomic path's there (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
 constexpr int64_t kClMinTokens = 129;
-constexpr int64_t kClMaxTokens = 4096;
-inline bool auto_cluster(int64_t T, int S, int max_rank) {
-  return T >= kClMinTokens && T <= kClMaxTokens && cluster_fits(S, max_rank);
+constexpr int64_t kClMaxTokens = 2048;
+constexpr int64_t kClNarrowMaxTokens = 256;
+inline bool auto_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
+  if (T < kClMinTokens || !cluster_fits(S, max_rank)) return false;
+  const int blocks = S * ((max_rank + 7) / 8);
+  if (blocks <= 2) return T <= kClMaxTokens;
+  return blocks <= 6 && T <= kClNarrowMaxTokens && max_loras <= 8;
 }
 
 }  // namespace punica::kernels::shrink_heur

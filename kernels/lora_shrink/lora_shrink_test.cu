@@ -169,7 +169,8 @@ TEST(LoraShrink, AllTokensNone) {
 // Every kernel choice on the prefill / decode shapes (fused with and without split-K, legacy).
 TEST(LoraShrink, KernelVariants) {
   using K = detail::ShrinkKernel;
-  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk, K::fused_wg}) {
+  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk, K::fused_wg,
+              K::cluster, K::no_cluster}) {
     for (int T : {1, 7, 300}) {
       ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
       c.kernel = k;
