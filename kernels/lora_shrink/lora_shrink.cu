@@ -917,8 +917,6 @@ bool wgmma_available() {
   return false;
 #endif
 }
-}  // namespace detail
-namespace {
 
 int num_sms_cached() {
   static std::atomic<int> cache[64];
@@ -929,6 +927,9 @@ int num_sms_cached() {
     return 132;  // the H200's count: only a fallback, the launch itself would then fail and say why
   });
 }
+}  // namespace detail
+namespace {
+using detail::num_sms_cached;
 
 template <class T, int BN, bool VEC>
 void launch_mma_bn(const ShrinkParams& p, const H::MmaConfig& c, cudaStream_t st) {

@@ -34,6 +34,8 @@ enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fus
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 // The wgmma tile can run: the build holds sm_90a code (PUNICA_HAVE_SM90A) and the device is 9.0.
 bool wgmma_available();
+// The current device's SM count (cached per device; 132 where it cannot be read).
+int num_sms_cached();
 // Thread-block clusters can be launched on the current device (sm_90 and later).
 bool cluster_available();
 // The cluster tile takes this call (dtypes, alignment, ranks, device); launch_shrink_cluster requires it.

@@ -208,16 +208,6 @@ void launch_t(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st
   else launch_mg<T, 2>(p, c, st);
 }
 
-int num_sms() {
-  static std::atomic<int> cache[64];
-  return per_device_cached(cache, [](int dev) {
-    int v = 0;
-    if (dev >= 0 && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0) return v;
-    cudaGetLastError();
-    return 132;
-  });
-}
-
 }  // namespace
 
 namespace detail {
@@ -245,7 +235,7 @@ void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0 || a.max_rank == 0) return;
   ClusterParams p{};
   static_cast<ShrinkCore&>(p) = shrink_core(a);
-  const H::ClusterConfig c = H::cluster_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, a.max_loras, num_sms());
+  const H::ClusterConfig c = H::cluster_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, a.max_loras, num_sms_cached());
   p.nbs = (a.max_rank + 7) / 8;
   p.cpc = c.chunks_per_cta;
   PUNICA_REQUIRE(c.tiles <= 65535, ErrorKind::usage, "lora_shrink: too many tokens for the cluster tile");
