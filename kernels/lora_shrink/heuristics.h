@@ -329,8 +329,8 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
 // - 3 to 6 blocks (qkv or gate_up at rank 16, one slice up to rank 48) with at most 8 adapters up to
 //   T=256: qkv r=16 0.74-0.77 / 1.00-1.08.
 // Not elsewhere: 8 blocks and more (rank 64) were 0.80-1.01 back to back but 1.09-1.29 cold at
-// T=256 and 1.7-2.6x slower from T=2048; qkv r=16 1.7x slower at T=2048; 32 adapters of rank 64 or
-// 3 slices 1.1-1.5x slower (each adapter's A re-read per 16/32-token tile); T=16-64 (the decode
+// T=256 and 1.4-2.6x slower at T=2048; qkv r=16 1.7x slower at T=2048; 32 adapters of rank 64 or
+// 3 slices 1.1-1.6x slower (each adapter's A re-read per 16/32-token tile); T=16-64 (the decode
 // kernel) 1.1-2x slower at rank 16; T=8192 1.1-3.5x slower.
 // add_lora_linear does not take it (detail::ShrinkKernel::no_cluster): its chain measured 0.90-1.16
 // of the atomic path's there (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
