@@ -290,16 +290,17 @@ struct ClusterConfig {
   int mg = 2, nbw = 8, ncg = 1, cluster = 1, chunks_per_cta = 1;
   int64_t tiles = 0;  // upper bound of the token tiles (grid z)
 };
+// Blocks of 8 rank columns an adapter of max_rank spans over all S slices.
+inline int cluster_blocks(int S, int max_rank) { return S * ((max_rank + 7) / 8); }
 inline bool cluster_fits(int S, int max_rank) {
-  const int blocks = S * ((max_rank + 7) / 8);
-  return max_rank > 0 && blocks <= kClMaxNbw * kClMaxGroups;
+  return max_rank > 0 && cluster_blocks(S, max_rank) <= kClMaxNbw * kClMaxGroups;
 }
 // Clusters of C CTAs along K until the grid holds ~2 CTAs per SM (the kernel's occupancy), each
 // warp keeping at least one 32-element chunk; 16-token tiles (mg = 1) where 32-token tiles would
 // not reach that many CTAs even with C = 8.
 inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, int64_t max_loras, int num_sms) {
   ClusterConfig c;
-  const int blocks = S * ((max_rank + 7) / 8);
+  const int blocks = cluster_blocks(S, max_rank);
   if (blocks <= kClMaxNbw) {
     c.nbw = std::min(kClMaxNbw, ((blocks + 1) / 2) * 2);
     c.ncg = 1;
@@ -339,7 +340,7 @@ constexpr int64_t kClMaxTokens = 2048;
 constexpr int64_t kClNarrowMaxTokens = 256;
 inline bool auto_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
   if (T < kClMinTokens || !cluster_fits(S, max_rank)) return false;
-  const int blocks = S * ((max_rank + 7) / 8);
+  const int blocks = cluster_blocks(S, max_rank);
   if (blocks <= 2) return T <= kClMaxTokens;
   return blocks <= 6 && T <= kClNarrowMaxTokens && max_loras <= 8;
 }
