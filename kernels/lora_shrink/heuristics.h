@@ -298,16 +298,10 @@ inline bool cluster_fits(int S, int max_rank) {
 // Clusters of C CTAs along K until the grid holds ~2 CTAs per SM (the kernel's occupancy), each
 // warp keeping at least one 32-element chunk; 16-token tiles (mg = 1) where 32-token tiles would
 // not reach that many CTAs even with C = 8.
-inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, int64_t max_loras, int num_sms) {
+inline ClusterConfig cluster_config_nbw(int64_t T, int64_t K, int blocks, int nbw, int64_t max_loras, int num_sms) {
   ClusterConfig c;
-  const int blocks = cluster_blocks(S, max_rank);
-  if (blocks <= kClMaxNbw) {
-    c.nbw = std::min(kClMaxNbw, ((blocks + 1) / 2) * 2);
-    c.ncg = 1;
-  } else {
-    c.nbw = kClMaxNbw;
-    c.ncg = (blocks + kClMaxNbw - 1) / kClMaxNbw;
-  }
+  c.nbw = nbw;
+  c.ncg = (blocks + nbw - 1) / nbw;
   const int64_t target = 2 * int64_t(num_sms);
   const int64_t extra = std::min<int64_t>(std::max<int64_t>(max_loras, 0) + 1, T);  // partial tile per entry
   const int64_t tiles32 = (T + 31) / 32 + extra;
@@ -319,6 +313,20 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
   while (C < kClMaxCluster && C * int64_t(c.ncg) * c.tiles < target && nch >= int64_t(2 * C) * warps) C *= 2;
   c.cluster = C;
   c.chunks_per_cta = int((nch + C - 1) / C);
+  return c;
+}
+// Column groups as wide as possible (8 blocks; all of an adapter's blocks when fewer); where that
+// grid stays under ~2 CTAs per SM even with C = 8 (few tokens), narrower groups (4, then 2 blocks)
+// multiply the CTAs: x is then re-read once per group (from L2), A is not.
+inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, int64_t max_loras, int num_sms) {
+  const int blocks = cluster_blocks(S, max_rank);
+  int nbw = blocks <= kClMaxNbw ? std::min(kClMaxNbw, ((blocks + 1) / 2) * 2) : kClMaxNbw;
+  ClusterConfig c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);
+  const int64_t target = 2 * int64_t(num_sms);
+  while (nbw > 2 && int64_t(c.cluster) * c.ncg * c.tiles < target) {
+    nbw = nbw > 4 ? 4 : 2;
+    c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);
+  }
   return c;
 }
 // The automatic lora_shrink takes the cluster tile (16-bit x, fp32 y, 16-byte rows, an sm_90 device)
@@ -339,7 +347,9 @@ constexpr int64_t kClMinTokens = 129;
 constexpr int64_t kClMaxTokens = 2048;
 constexpr int64_t kClNarrowMaxTokens = 256;
 inline bool auto_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
-  if (T < kClMinTokens || !cluster_fits(S, max_rank)) return false;
+  if (!cluster_fits(S, max_rank)) return false;
+  if (T >= 16 && T <= 256) return true;  // EXPERIMENT (exp/cluster-narrow): every small batch
+  if (T < kClMinTokens) return false;
   const int blocks = cluster_blocks(S, max_rank);
   if (blocks <= 2) return T <= kClMaxTokens;
   return blocks <= 6 && T <= kClNarrowMaxTokens && max_loras <= 8;
