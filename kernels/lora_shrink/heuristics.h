@@ -315,15 +315,18 @@ inline ClusterConfig cluster_config_nbw(int64_t T, int64_t K, int blocks, int nb
   c.chunks_per_cta = int((nch + C - 1) / C);
   return c;
 }
-// Column groups as wide as possible (8 blocks; all of an adapter's blocks when fewer); where that
-// grid stays under ~2 CTAs per SM even with C = 8 (few tokens), narrower groups (4, then 2 blocks)
-// multiply the CTAs: x is then re-read once per group (from L2), A is not.
+// Column groups as wide as possible (8 blocks; all of an adapter's blocks when fewer). In small
+// batches (T <= kClSmallMaxTokens) where that grid stays under ~2 CTAs per SM even with C = 8,
+// narrower groups (4, then 2 blocks) multiply the CTAs: x is then re-read once per group (from L2),
+// A is not. Larger batches keep the wide groups (at T=256 narrowing qkv r=16 from 6 to 4 blocks per
+// group measured 1.03-1.21x slower back to back, results/NOTES.md v20 part 1).
+constexpr int64_t kClSmallMaxTokens = 128;
 inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, int64_t max_loras, int num_sms) {
   const int blocks = cluster_blocks(S, max_rank);
   int nbw = blocks <= kClMaxNbw ? std::min(kClMaxNbw, ((blocks + 1) / 2) * 2) : kClMaxNbw;
   ClusterConfig c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);
   const int64_t target = 2 * int64_t(num_sms);
-  while (nbw > 2 && int64_t(c.cluster) * c.ncg * c.tiles < target) {
+  while (T <= kClSmallMaxTokens && nbw > 2 && int64_t(c.cluster) * c.ncg * c.tiles < target) {
     nbw = nbw > 4 ? 4 : 2;
     c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);
   }
@@ -346,10 +349,25 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
 constexpr int64_t kClMinTokens = 129;
 constexpr int64_t kClMaxTokens = 2048;
 constexpr int64_t kClNarrowMaxTokens = 256;
+// Small batches (32 <= T <= 128) with at least 3 blocks of 8 columns (rank > 16 or several
+// slices) and >= 8 tokens per adapter: the narrow-group cluster tile instead of the atomic split-K
+// mma path (its zero kernel and 64-token tiles over a few tokens). Measured on the H200
+// (bench_lora_ops T=64, exp/cluster-narrow against a9b7362, 2 interleaved rounds, back to back /
+// cold; results/NOTES.md v20 part 1): one slice r=64, one adapter 0.56-0.62 / 0.82 (H=4096: 7.05
+// -> 3.94 us), 8 adapters 0.65-0.68 / 0.89; qkv r=16 0.66-0.76 / 0.82-0.90; qkv r=64 0.49-0.76 /
+// 0.69-0.95; mixed ranks 8/16/64 0.67-0.79 / 0.86-0.95. Not below 8 tokens per adapter (32
+// adapters at T=64: 1.2-2.0x slower, each CTA then holds a 2-token tile), not at T=16 (the decode
+// kernel: 1.1-1.8x slower, except qkv r=64 with one adapter), not for <= 2 blocks (1.1-1.2x slower).
+constexpr int64_t kClSmallMinTokens = 32;
+constexpr int kClSmallMinBlocks = 3;
+constexpr int64_t kClSmallMinTokensPerLora = 8;
+inline bool auto_cluster_small(int64_t T, int S, int max_rank, int64_t max_loras) {
+  return T >= kClSmallMinTokens && T <= kClSmallMaxTokens && cluster_fits(S, max_rank) &&
+         cluster_blocks(S, max_rank) >= kClSmallMinBlocks && T >= kClSmallMinTokensPerLora * std::max<int64_t>(1, max_loras);
+}
 inline bool auto_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
-  if (!cluster_fits(S, max_rank)) return false;
-  if (T >= 16 && T <= 256) return true;  // EXPERIMENT (exp/cluster-narrow): every small batch
-  if (T < kClMinTokens) return false;
+  if (auto_cluster_small(T, S, max_rank, max_loras)) return true;
+  if (T < kClMinTokens || !cluster_fits(S, max_rank)) return false;
   const int blocks = cluster_blocks(S, max_rank);
   if (blocks <= 2) return T <= kClMaxTokens;
   return blocks <= 6 && T <= kClNarrowMaxTokens && max_loras <= 8;

@@ -170,8 +170,8 @@ TEST(LoraShrink, AllTokensNone) {
 TEST(LoraShrink, KernelVariants) {
   using K = detail::ShrinkKernel;
   for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk, K::fused_wg,
-              K::cluster, K::no_cluster}) {
-    for (int T : {1, 7, 300}) {
+              K::cluster, K::no_cluster, K::small_cluster}) {
+    for (int T : {1, 7, 64, 300}) {  // 64: 12 tokens per adapter, 24 blocks (the small cluster rule)
       ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
       c.kernel = k;
       c.nan_pad = true;
