@@ -137,11 +137,14 @@ TEST(ShrinkHeuristics, ClusterTile) {
   EXPECT_FALSE(shrink_heur::cluster_fits(8, 64));
   EXPECT_FALSE(shrink_heur::cluster_fits(1, 512));
   // automatic: one slice up to rank 16 for 129..2048 tokens; up to 6 blocks (qkv r=16) to 256
-  // tokens with at most 8 adapters; 32..128 tokens with >= 3 blocks and >= 8 tokens per adapter;
+  // tokens with at most 8 adapters; 32..128 tokens with >= 3 blocks (>= 8 below 64 tokens) and
+  // >= 8 tokens per adapter;
   // never rank 64 above 128 tokens, T < 32 or T > 2048
   EXPECT_TRUE(shrink_heur::auto_cluster(64, 1, 64, 1));
   EXPECT_TRUE(shrink_heur::auto_cluster(64, 3, 16, 8));
-  EXPECT_TRUE(shrink_heur::auto_cluster_small(32, 1, 24, 4));
+  EXPECT_TRUE(shrink_heur::auto_cluster_small(32, 1, 64, 4));
+  EXPECT_FALSE(shrink_heur::auto_cluster_small(32, 3, 16, 1));  // 6 blocks below 64 tokens
+  EXPECT_TRUE(shrink_heur::auto_cluster_small(64, 1, 24, 4));
   EXPECT_TRUE(shrink_heur::auto_cluster_small(128, 3, 64, 16));
   EXPECT_FALSE(shrink_heur::auto_cluster(64, 1, 16, 1));   // 2 blocks
   EXPECT_FALSE(shrink_heur::auto_cluster(64, 1, 64, 32));  // 2 tokens per adapter

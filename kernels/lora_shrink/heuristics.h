@@ -344,26 +344,34 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
 // T=256 and 1.4-2.6x slower at T=2048; qkv r=16 1.7x slower at T=2048; 32 adapters of rank 64 or
 // 3 slices 1.1-1.6x slower (each adapter's A re-read per 16/32-token tile); T=16-64 (the decode
 // kernel) 1.1-2x slower at rank 16; T=8192 1.1-3.5x slower.
-// add_lora_linear does not take it (detail::ShrinkKernel::no_cluster): its chain measured 0.90-1.16
-// of the atomic path's there (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
+// add_lora_linear does not take it for these mid-sized batches (detail::ShrinkKernel::small_cluster
+// takes only auto_cluster_small below): its chain measured 0.90-1.16 of the atomic path's there
+// (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
 constexpr int64_t kClMinTokens = 129;
 constexpr int64_t kClMaxTokens = 2048;
 constexpr int64_t kClNarrowMaxTokens = 256;
 // Small batches (32 <= T <= 128) with at least 3 blocks of 8 columns (rank > 16 or several
-// slices) and >= 8 tokens per adapter: the narrow-group cluster tile instead of the atomic split-K
-// mma path (its zero kernel and 64-token tiles over a few tokens). Measured on the H200
-// (bench_lora_ops T=64, exp/cluster-narrow against a9b7362, 2 interleaved rounds, back to back /
-// cold; results/NOTES.md v20 part 1): one slice r=64, one adapter 0.56-0.62 / 0.82 (H=4096: 7.05
-// -> 3.94 us), 8 adapters 0.65-0.68 / 0.89; qkv r=16 0.66-0.76 / 0.82-0.90; qkv r=64 0.49-0.76 /
-// 0.69-0.95; mixed ranks 8/16/64 0.67-0.79 / 0.86-0.95. Not below 8 tokens per adapter (32
-// adapters at T=64: 1.2-2.0x slower, each CTA then holds a 2-token tile), not at T=16 (the decode
-// kernel: 1.1-1.8x slower, except qkv r=64 with one adapter), not for <= 2 blocks (1.1-1.2x slower).
+// slices; below 64 tokens at least 8 blocks) and >= 8 tokens per adapter: the narrow-group cluster
+// tile instead of the atomic split-K mma path (a zero kernel, then 64-token tiles over a few tokens)
+// or the decode kernel (A re-read per token). Measured on the H200 (bench_lora_ops at T=64 and, by
+// axis override, T=32 / 128; exp/cluster-narrow against a9b7362, 2 interleaved rounds, back to
+// back / cold; results/NOTES.md v20 part 1): one slice r=64 with one adapter 0.56-0.80 / 0.82-0.91
+// (H=4096 T=64: 7.05 -> 3.94 us), 8 adapters 0.65-0.79 / 0.89-0.98; qkv r=16 0.38-0.76 / 0.55-0.90
+// (T=128 one adapter 10.70 -> 4.11 us); qkv r=64 0.44-0.77 / 0.57-0.95; mixed ranks 8/16/64
+// 0.65-0.79 / 0.86-0.95; inside add_lora_linear 0.62-0.96 / 0.68-0.98. Not below 8 tokens per
+// adapter (32 adapters at T=64: 1.2-2.0x slower, each CTA then holds a 2-token tile), not at T=16
+// (the decode kernel: 1.1-1.8x slower, except qkv r=64 with one adapter), not for <= 2 blocks
+// (1.1-1.2x slower), not for 6 blocks at T=32 (qkv r=16, one adapter: the decode kernel's 3.06
+// against 3.45 us).
 constexpr int64_t kClSmallMinTokens = 32;
+constexpr int64_t kClSmallWideMinTokens = 64;  // from here 3 blocks suffice; below, 8
 constexpr int kClSmallMinBlocks = 3;
 constexpr int64_t kClSmallMinTokensPerLora = 8;
 inline bool auto_cluster_small(int64_t T, int S, int max_rank, int64_t max_loras) {
-  return T >= kClSmallMinTokens && T <= kClSmallMaxTokens && cluster_fits(S, max_rank) &&
-         cluster_blocks(S, max_rank) >= kClSmallMinBlocks && T >= kClSmallMinTokensPerLora * std::max<int64_t>(1, max_loras);
+  if (T < kClSmallMinTokens || T > kClSmallMaxTokens || !cluster_fits(S, max_rank)) return false;
+  const int blocks = cluster_blocks(S, max_rank);
+  if (blocks < (T >= kClSmallWideMinTokens ? kClSmallMinBlocks : kClMaxNbw)) return false;
+  return T >= kClSmallMinTokensPerLora * std::max<int64_t>(1, max_loras);
 }
 inline bool auto_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
   if (auto_cluster_small(T, S, max_rank, max_loras)) return true;
