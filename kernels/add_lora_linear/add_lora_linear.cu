@@ -2,7 +2,8 @@
 // Decode: the one-kernel shrink (every element of the fp32 workspace written, no memset, no
 // atomics) -> (PDL) the decode expand reading it.
 // Prefill: the shrink (mma) into the fp32 workspace, then the expand (mma) reading it. The shrink
-// is lora_shrink's automatic choice without its cluster tile (shrink_heur::auto_cluster says why).
+// is lora_shrink's automatic choice with its cluster tile only for small batches
+// (ShrinkKernel::small_cluster; shrink_heur::auto_cluster says why).
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/add_lora_linear/add_lora_linear_internal.h"
 #include "kernels/add_lora_linear/heuristics.h"
@@ -90,7 +91,7 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
       launch_lora_expand(ea, stream);
     }
   } else if (!small) {
-    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::no_cluster, stream);
+    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
   } else {
     // Decode-sized batch through the mma expand: B read once per adapter instead of once per
@@ -98,7 +99,7 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     // the kernel before it, so the expand must not read y before the whole chain is done.
     // Where the automatic rule took this path the expand's own small-batch choice applies (the
     // streaming kernel above rank 16); an explicit `tiles` at other sizes forces the mma kernel.
-    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::no_cluster, stream);
+    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
     detail::launch_lora_expand_with(
         ea, auto_tiles ? detail::ExpandPrefillKernel::automatic : detail::ExpandPrefillKernel::mma_pipe, stream);
   }

@@ -125,11 +125,31 @@ TEST(ShrinkHeuristics, ClusterTile) {
   EXPECT_EQ(d.cluster, 1);
   EXPECT_EQ(d.chunks_per_cta, 3);
   EXPECT_EQ(cluster_config(300, 4096, 1, 1, 3, 132).nbw, 2);  // 1 block rounds up to 2
+  // Small batches: narrower column groups until the grid holds ~2 CTAs per SM.
+  const auto e = cluster_config(64, 4096, 1, 64, 1, 132);  // 8 blocks as 4 groups of 2
+  EXPECT_EQ(e.nbw, 2);
+  EXPECT_EQ(e.ncg, 4);
+  EXPECT_EQ(e.mg, 1);
+  EXPECT_EQ(e.cluster, 8);
+  EXPECT_EQ(cluster_config(64, 4096, 3, 64, 1, 132).nbw, 4);  // 24 blocks: 6 groups of 4 suffice
+  EXPECT_EQ(cluster_config(256, 4096, 3, 16, 1, 132).nbw, 6);  // T > 128: never narrowed
   EXPECT_TRUE(shrink_heur::cluster_fits(8, 32));
   EXPECT_FALSE(shrink_heur::cluster_fits(8, 64));
   EXPECT_FALSE(shrink_heur::cluster_fits(1, 512));
   // automatic: one slice up to rank 16 for 129..2048 tokens; up to 6 blocks (qkv r=16) to 256
-  // tokens with at most 8 adapters; never rank 64, T <= 128 or T > 2048
+  // tokens with at most 8 adapters; 32..128 tokens with >= 3 blocks (>= 8 below 64 tokens) and
+  // >= 8 tokens per adapter;
+  // never rank 64 above 128 tokens, T < 32 or T > 2048
+  EXPECT_TRUE(shrink_heur::auto_cluster(64, 1, 64, 1));
+  EXPECT_TRUE(shrink_heur::auto_cluster(64, 3, 16, 8));
+  EXPECT_TRUE(shrink_heur::auto_cluster_small(32, 1, 64, 4));
+  EXPECT_FALSE(shrink_heur::auto_cluster_small(32, 3, 16, 1));  // 6 blocks below 64 tokens
+  EXPECT_TRUE(shrink_heur::auto_cluster_small(64, 1, 24, 4));
+  EXPECT_TRUE(shrink_heur::auto_cluster_small(128, 3, 64, 16));
+  EXPECT_FALSE(shrink_heur::auto_cluster(64, 1, 16, 1));   // 2 blocks
+  EXPECT_FALSE(shrink_heur::auto_cluster(64, 1, 64, 32));  // 2 tokens per adapter
+  EXPECT_FALSE(shrink_heur::auto_cluster(16, 3, 64, 1));   // T < 32
+  EXPECT_FALSE(shrink_heur::auto_cluster_small(256, 1, 64, 1));
   EXPECT_TRUE(shrink_heur::auto_cluster(256, 1, 16, 32));
   EXPECT_TRUE(shrink_heur::auto_cluster(2048, 1, 16, 1));
   EXPECT_FALSE(shrink_heur::auto_cluster(2049, 1, 16, 1));

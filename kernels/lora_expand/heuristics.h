@@ -66,6 +66,22 @@ inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
 // 23.8 against 34.4; T=512: 25.0 against 26.0; from T=1024 not (32 adapters: 33.4 against 31.0).
 constexpr int64_t kStreamMaxTokens = 512;
 inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxTokens && max_rank > 16; }
+// Token rows per block of the pipelined (rank <= 16) and streaming kernels with an fp32 x: 64, or
+// 32 / 16 where 64-row tiles leave most SMs idle (small batches: T=64 one adapter at H=4096 is 32
+// blocks of 64 x 128). The largest of 64, 32, 16 whose estimated blocks (column tiles x token
+// tiles, a partial tile per adapter) reach two per SM. Measured on the H200 (bench_lora_ops at
+// T=16-256 and, by axis override, T=32 / 128; exp/expand-smallbm against d61273d, 2 interleaved
+// rounds; results/NOTES.md v20 part 2): every case it changes 0.81-0.94 back to back and 0.86-0.95
+// cold (one slice r=64, one adapter, T=64: 7.07 -> 5.75 us; qkv r=64 T=128: 8.46 -> 6.98), inside
+// add_lora_linear 0.89-0.94; none slower. fp32 x only (the intermediate of add_lora_linear and of
+// the bench), so that the 16-bit-x variants are not instantiated.
+inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms) {
+  for (int bm : {64, 32}) {
+    const int64_t tiles = (T + bm - 1) / bm + std::min<int64_t>(std::max<int64_t>(max_loras, 1), T) - 1;
+    if (col_tiles * tiles >= 2 * int64_t(num_sms)) return bm;
+  }
+  return 16;
+}
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with
 // under 16 tokens per adapter. Measured (bench_lora_ops, back to back, streaming at git 3f6770a

@@ -19,6 +19,7 @@
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_device.cuh"
+#include "kernels/lora_shrink/lora_shrink_internal.h"  // detail::num_sms_cached
 
 namespace punica::kernels {
 namespace {
@@ -439,7 +440,22 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
               detail::ExpandPrefillKernel which, bool pdl) {
   using K = detail::ExpandPrefillKernel;
   if constexpr (!std::is_same_v<T, float>) {
-    switch (choose_prefill(a, p, which, pdl)) {
+    const K kind = choose_prefill(a, p, which, pdl);
+    if constexpr (std::is_same_v<TI, float>) {  // small batches: 32 / 16 token rows per block
+      if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
+        int64_t nct = 0;
+        for (int s = 0; s < p.S; ++s) nct += (p.n[s] + 127) / 128;
+        const int bm = H::small_bm(a.num_tokens, a.max_loras, nct, detail::num_sms_cached());
+        if (kind == K::mma_pipe) {
+          if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl);
+          if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl);
+        } else {
+          if (bm == 16) return launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st);
+          if (bm == 32) return launch_stream<T, TI, 32, 128, 32, 2, 4, 4>(p, maxN, st);
+        }
+      }
+    }
+    switch (kind) {
       case K::mma_pipe:
         if (a.max_rank <= 16)
           return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl);

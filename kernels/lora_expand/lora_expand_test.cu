@@ -200,6 +200,31 @@ TEST(LoraExpand, AllTokensNone) {
 // and rank 1 adapters, a partial 16-byte chunk at a slice end, unaligned slice columns (the staged
 // kernel's scalar epilogue), several rank chunks, add_inputs off, fp32 / fp16 / bf16 x, column
 // groups that end inside a slice, token tiles crossing adapters.
+// Small batches through the mma kernels with an fp32 x: 32- and 16-row token tiles
+// (expand_heur::small_bm), pipelined (rank <= 16) and streaming (rank > 16), NaN padding.
+TEST(LoraExpand, SmallTokenTiles) {
+  using K = detail::ExpandPrefillKernel;
+  ExpandCase a{DType::bf16, DType::f32, 64, {1024}, {16}, true, 0};  // 8 column tiles: 16-row tiles
+  a.nan_pad = true;
+  a.expect = K::mma_pipe;
+  run_case(a);
+  ExpandCase b{DType::bf16, DType::f32, 100, {1024, 256, 256}, {16, 8, 0, 16}, true, 8};
+  b.nan_pad = true;
+  b.expect = K::mma_pipe;
+  run_case(b);
+  ExpandCase c{DType::f16, DType::f32, 40, {1024}, {64, 40}, false, 0};  // streaming, 16-row tiles
+  c.nan_pad = true;
+  c.expect = K::mma_stream;
+  run_case(c);
+  ExpandCase d{DType::bf16, DType::f32, 300, {4096}, {64, 40}, true, 0};  // streaming, 32-row tiles
+  d.nan_pad = true;
+  d.expect = K::mma_stream;
+  run_case(d);
+  ExpandCase e{DType::bf16, DType::f32, 300, {4096}, {16, 5}, true, 0};  // pipelined, 32-row tiles
+  e.nan_pad = true;
+  e.expect = K::mma_pipe;
+  run_case(e);
+}
 TEST(LoraExpand, PrefillKernels) {
   using K = detail::ExpandPrefillKernel;
   for (K k : {K::mma_staged, K::mma_stream, K::mma_pipe}) {

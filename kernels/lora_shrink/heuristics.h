@@ -298,16 +298,10 @@ inline bool cluster_fits(int S, int max_rank) {
 // Clusters of C CTAs along K until the grid holds ~2 CTAs per SM (the kernel's occupancy), each
 // warp keeping at least one 32-element chunk; 16-token tiles (mg = 1) where 32-token tiles would
 // not reach that many CTAs even with C = 8.
-inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, int64_t max_loras, int num_sms) {
+inline ClusterConfig cluster_config_nbw(int64_t T, int64_t K, int blocks, int nbw, int64_t max_loras, int num_sms) {
   ClusterConfig c;
-  const int blocks = cluster_blocks(S, max_rank);
-  if (blocks <= kClMaxNbw) {
-    c.nbw = std::min(kClMaxNbw, ((blocks + 1) / 2) * 2);
-    c.ncg = 1;
-  } else {
-    c.nbw = kClMaxNbw;
-    c.ncg = (blocks + kClMaxNbw - 1) / kClMaxNbw;
-  }
+  c.nbw = nbw;
+  c.ncg = (blocks + nbw - 1) / nbw;
   const int64_t target = 2 * int64_t(num_sms);
   const int64_t extra = std::min<int64_t>(std::max<int64_t>(max_loras, 0) + 1, T);  // partial tile per entry
   const int64_t tiles32 = (T + 31) / 32 + extra;
@@ -319,6 +313,23 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
   while (C < kClMaxCluster && C * int64_t(c.ncg) * c.tiles < target && nch >= int64_t(2 * C) * warps) C *= 2;
   c.cluster = C;
   c.chunks_per_cta = int((nch + C - 1) / C);
+  return c;
+}
+// Column groups as wide as possible (8 blocks; all of an adapter's blocks when fewer). In small
+// batches (T <= kClSmallMaxTokens) where that grid stays under ~2 CTAs per SM even with C = 8,
+// narrower groups (4, then 2 blocks) multiply the CTAs: x is then re-read once per group (from L2),
+// A is not. Larger batches keep the wide groups (at T=256 narrowing qkv r=16 from 6 to 4 blocks per
+// group measured 1.03-1.21x slower back to back, results/NOTES.md v20 part 1).
+constexpr int64_t kClSmallMaxTokens = 128;
+inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, int64_t max_loras, int num_sms) {
+  const int blocks = cluster_blocks(S, max_rank);
+  int nbw = blocks <= kClMaxNbw ? std::min(kClMaxNbw, ((blocks + 1) / 2) * 2) : kClMaxNbw;
+  ClusterConfig c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);
+  const int64_t target = 2 * int64_t(num_sms);
+  while (T <= kClSmallMaxTokens && nbw > 2 && int64_t(c.cluster) * c.ncg * c.tiles < target) {
+    nbw = nbw > 4 ? 4 : 2;
+    c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);
+  }
   return c;
 }
 // The automatic lora_shrink takes the cluster tile (16-bit x, fp32 y, 16-byte rows, an sm_90 device)
@@ -333,12 +344,37 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
 // T=256 and 1.4-2.6x slower at T=2048; qkv r=16 1.7x slower at T=2048; 32 adapters of rank 64 or
 // 3 slices 1.1-1.6x slower (each adapter's A re-read per 16/32-token tile); T=16-64 (the decode
 // kernel) 1.1-2x slower at rank 16; T=8192 1.1-3.5x slower.
-// add_lora_linear does not take it (detail::ShrinkKernel::no_cluster): its chain measured 0.90-1.16
-// of the atomic path's there (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
+// add_lora_linear does not take it for these mid-sized batches (detail::ShrinkKernel::small_cluster
+// takes only auto_cluster_small below): its chain measured 0.90-1.16 of the atomic path's there
+// (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
 constexpr int64_t kClMinTokens = 129;
 constexpr int64_t kClMaxTokens = 2048;
 constexpr int64_t kClNarrowMaxTokens = 256;
+// Small batches (32 <= T <= 128) with at least 3 blocks of 8 columns (rank > 16 or several
+// slices; below 64 tokens at least 8 blocks) and >= 8 tokens per adapter: the narrow-group cluster
+// tile instead of the atomic split-K mma path (a zero kernel, then 64-token tiles over a few tokens)
+// or the decode kernel (A re-read per token). Measured on the H200 (bench_lora_ops at T=64 and, by
+// axis override, T=32 / 128; exp/cluster-narrow against a9b7362, 2 interleaved rounds, back to
+// back / cold; results/NOTES.md v20 part 1): one slice r=64 with one adapter 0.56-0.80 / 0.82-0.91
+// (H=4096 T=64: 7.05 -> 3.94 us), 8 adapters 0.65-0.79 / 0.89-0.98; qkv r=16 0.38-0.76 / 0.55-0.90
+// (T=128 one adapter 10.70 -> 4.11 us); qkv r=64 0.44-0.77 / 0.57-0.95; mixed ranks 8/16/64
+// 0.65-0.79 / 0.86-0.95; inside add_lora_linear 0.62-0.96 / 0.68-0.98. Not below 8 tokens per
+// adapter (32 adapters at T=64: 1.2-2.0x slower, each CTA then holds a 2-token tile), not at T=16
+// (the decode kernel: 1.1-1.8x slower, except qkv r=64 with one adapter), not for <= 2 blocks
+// (1.1-1.2x slower), not for 6 blocks at T=32 (qkv r=16, one adapter: the decode kernel's 3.06
+// against 3.45 us).
+constexpr int64_t kClSmallMinTokens = 32;
+constexpr int64_t kClSmallWideMinTokens = 64;  // from here 3 blocks suffice; below, 8
+constexpr int kClSmallMinBlocks = 3;
+constexpr int64_t kClSmallMinTokensPerLora = 8;
+inline bool auto_cluster_small(int64_t T, int S, int max_rank, int64_t max_loras) {
+  if (T < kClSmallMinTokens || T > kClSmallMaxTokens || !cluster_fits(S, max_rank)) return false;
+  const int blocks = cluster_blocks(S, max_rank);
+  if (blocks < (T >= kClSmallWideMinTokens ? kClSmallMinBlocks : kClMaxNbw)) return false;
+  return T >= kClSmallMinTokensPerLora * std::max<int64_t>(1, max_loras);
+}
 inline bool auto_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
+  if (auto_cluster_small(T, S, max_rank, max_loras)) return true;
   if (T < kClMinTokens || !cluster_fits(S, max_rank)) return false;
   const int blocks = cluster_blocks(S, max_rank);
   if (blocks <= 2) return T <= kClMaxTokens;

@@ -1021,10 +1021,13 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
     PUNICA_CUDA_CHECK(cudaMemsetAsync(a.y, 0, ybytes, stream));
     return;
   }
-  if ((kind == K::cluster || (kind == K::automatic && H::auto_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras))) &&
-      detail::shrink_cluster_ok(a))
-    return detail::launch_shrink_cluster(a, stream);
-  if (kind == K::no_cluster || kind == K::cluster) kind = K::automatic;  // (cluster: a shape the tile does not take)
+  const bool want_cluster =
+      kind == K::cluster ||
+      (kind == K::automatic && H::auto_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) ||
+      (kind == K::small_cluster && H::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
+  if (want_cluster && detail::shrink_cluster_ok(a)) return detail::launch_shrink_cluster(a, stream);
+  // (cluster: a shape the tile does not take)
+  if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
   if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) return detail::launch_shrink_decode(a, stream);
   const ShrinkParams p = make_params(a);
   const bool vec = shrink_vec_ok(a, p);

@@ -28,9 +28,13 @@ int shrink_partials_nsplit(int64_t K);
 // where shrink_heur::auto_wg says).
 // cluster: the cluster split-K tile (shrink_cluster.cu; 16-bit x, fp32 y, 16-byte rows,
 // shrink_heur::cluster_fits, an sm_90 device) at any T, else automatic (automatic takes it where
-// shrink_heur::auto_cluster says). no_cluster: automatic's choice without the cluster tile
-// (add_lora_linear's shrink).
-enum class ShrinkKernel { automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk, fused_wg, cluster, no_cluster };
+// shrink_heur::auto_cluster says). no_cluster: automatic's choice without the cluster tile.
+// small_cluster: automatic's choice with the cluster tile only where shrink_heur::auto_cluster_small
+// says (add_lora_linear's shrink: the mid-batch rule lost inside its chain, heuristics.h).
+enum class ShrinkKernel {
+  automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk, fused_wg, cluster, no_cluster,
+  small_cluster
+};
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 // The wgmma tile can run: the build holds sm_90a code (PUNICA_HAVE_SM90A) and the device is 9.0.
 bool wgmma_available();

@@ -170,8 +170,8 @@ TEST(LoraShrink, AllTokensNone) {
 TEST(LoraShrink, KernelVariants) {
   using K = detail::ShrinkKernel;
   for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk, K::fused_wg,
-              K::cluster, K::no_cluster}) {
-    for (int T : {1, 7, 300}) {
+              K::cluster, K::no_cluster, K::small_cluster}) {
+    for (int T : {1, 7, 64, 300}) {  // 64: 12 tokens per adapter, 24 blocks (the small cluster rule)
       ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
       c.kernel = k;
       c.nan_pad = true;
@@ -261,6 +261,9 @@ TEST(LoraShrink, ClusterTile) {
   cl({DType::bf16, DType::f32, 700, 4096, 8, {16, 9, 0, 16}});
   cl({DType::f16, DType::f32, 257, 1024, 1, {100, 64, 0, 3}});
   cl({DType::bf16, DType::f32, 4000, 4096, 1, {64, 8, 16}});
+  // Few tokens at rank 64 over 3 slices: narrow column groups (2 blocks of 8, 12 groups).
+  cl({DType::bf16, DType::f32, 50, 4096, 3, {64, 17, 0}});
+  cl({DType::f16, DType::f32, 16, 8200, 1, {64, 40}});
   std::vector<int> r32;
   for (int l = 0; l < 32; ++l) r32.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
   cl({DType::bf16, DType::f32, 256, 4096, 3, r32});
