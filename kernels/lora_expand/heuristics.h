@@ -71,9 +71,9 @@ inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxToken
 // blocks of 64 x 128). The largest of 64, 32, 16 whose estimated blocks (column tiles x token
 // tiles, a partial tile per adapter) reach two per SM. Measured on the H200 (bench_lora_ops at
 // T=16-256 and, by axis override, T=32 / 128; exp/expand-smallbm against d61273d, 2 interleaved
-// rounds; results/NOTES.md v20 part 2): every case it changes 0.81-0.94 back to back and 0.86-0.95
+// rounds; results/NOTES.md v20 part 2): the cases that gained 0.81-0.94 back to back and 0.86-0.95
 // cold (one slice r=64, one adapter, T=64: 7.07 -> 5.75 us; qkv r=64 T=128: 8.46 -> 6.98), inside
-// add_lora_linear 0.89-0.94; none slower. fp32 x only (the intermediate of add_lora_linear and of
+// add_lora_linear 0.89-0.94; no case above 1.02. fp32 x only (the intermediate of add_lora_linear and of
 // the bench), so that the 16-bit-x variants are not instantiated.
 inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms) {
   for (int bm : {64, 32}) {

@@ -356,9 +356,9 @@ constexpr int64_t kClNarrowMaxTokens = 256;
 // or the decode kernel (A re-read per token). Measured on the H200 (bench_lora_ops at T=64 and, by
 // axis override, T=32 / 128; exp/cluster-narrow against a9b7362, 2 interleaved rounds, back to
 // back / cold; results/NOTES.md v20 part 1): one slice r=64 with one adapter 0.56-0.80 / 0.82-0.91
-// (H=4096 T=64: 7.05 -> 3.94 us), 8 adapters 0.65-0.79 / 0.89-0.98; qkv r=16 0.38-0.76 / 0.55-0.90
+// (H=4096 T=64: 7.05 -> 3.94 us), 8 adapters 0.66-0.79 / 0.90-0.98; qkv r=16 0.38-0.76 / 0.55-0.89
 // (T=128 one adapter 10.70 -> 4.11 us); qkv r=64 0.44-0.77 / 0.57-0.95; mixed ranks 8/16/64
-// 0.65-0.79 / 0.86-0.95; inside add_lora_linear 0.62-0.96 / 0.68-0.98. Not below 8 tokens per
+// 0.65-0.79 / 0.86-0.93; inside add_lora_linear 0.62-0.98 / 0.68-1.02. Not below 8 tokens per
 // adapter (32 adapters at T=64: 1.2-2.0x slower, each CTA then holds a 2-token tile), not at T=16
 // (the decode kernel: 1.1-1.8x slower, except qkv r=64 with one adapter), not for <= 2 blocks
 // (1.1-1.2x slower), not for 6 blocks at T=32 (qkv r=16, one adapter: the decode kernel's 3.06
