@@ -327,6 +327,20 @@ TEST(ExpandPipeRouting, Preconditions) {
 
 // The pipelined expand's column tiles per block at rank <= 16: 3 for two or more slices, 4 for one
 // (results/NOTES.md v17 part 1).
+// The expand's token rows per block on a 132-SM device: 64 until the grid stays under 2 blocks per
+// SM, then 32, then 16. The shapes are lora_expand_test's SmallTokenTiles (its comments say which
+// tile height each reaches).
+TEST(ExpandHeuristics, SmallTokenTiles) {
+  using expand_heur::small_bm;
+  EXPECT_EQ(small_bm(64, 1, 8, 132), 16);     // T=64, one 1024-column slice
+  EXPECT_EQ(small_bm(100, 4, 12, 132), 16);   // 1024 + 256 + 256 columns, 4 adapters
+  EXPECT_EQ(small_bm(40, 2, 8, 132), 16);
+  EXPECT_EQ(small_bm(300, 2, 32, 132), 32);   // 4096 columns: 320 blocks of 32 rows
+  EXPECT_EQ(small_bm(64, 1, 32, 132), 16);    // the bench's H=4096, one adapter
+  EXPECT_EQ(small_bm(512, 1, 64, 132), 64);   // H=8192: 512 blocks of 64 rows
+  EXPECT_EQ(small_bm(64, 32, 32, 132), 64);   // a partial tile per adapter fills the grid
+}
+
 TEST(ExpandHeuristics, PipeTilesMultiSlice) {
   EXPECT_EQ(expand_heur::pipe_tiles16(1), 4);
   EXPECT_EQ(expand_heur::pipe_tiles16(2), 3);

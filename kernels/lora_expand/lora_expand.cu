@@ -360,6 +360,13 @@ expand_stream::Params stream_params(const ExpandParams& e) {
   return p;
 }
 
+// BN-column tiles over all slices.
+int64_t column_tiles(const ExpandParams& e, int bn) {
+  int64_t n = 0;
+  for (int s = 0; s < e.S; ++s) n += (e.n[s] + bn - 1) / bn;
+  return n;
+}
+
 // Pipelined kernel (max_rank <= RK): groups of ntb column tiles of one slice per block, ntb at most
 // max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block).
 template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
@@ -380,9 +387,7 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int3
     slots = std::max(1, sms * per_sm);
     slots_cache[dev & 63].store(slots, std::memory_order_relaxed);
   }
-  int64_t nct = 0;
-  for (int s = 0; s < e.S; ++s) nct += (e.n[s] + BN - 1) / BN;
-  const int64_t items = nct * ((e.T + BM - 1) / BM);
+  const int64_t items = column_tiles(e, BN) * ((e.T + BM - 1) / BM);
   const int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
   int64_t gx = 0;
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
@@ -443,9 +448,7 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
     const K kind = choose_prefill(a, p, which, pdl);
     if constexpr (std::is_same_v<TI, float>) {  // small batches: 32 / 16 token rows per block
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
-        int64_t nct = 0;
-        for (int s = 0; s < p.S; ++s) nct += (p.n[s] + 127) / 128;
-        const int bm = H::small_bm(a.num_tokens, a.max_loras, nct, detail::num_sms_cached());
+        const int bm = H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());
         if (kind == K::mma_pipe) {
           if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl);
           if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl);

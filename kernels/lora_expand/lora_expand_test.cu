@@ -204,26 +204,16 @@ TEST(LoraExpand, AllTokensNone) {
 // (expand_heur::small_bm), pipelined (rank <= 16) and streaming (rank > 16), NaN padding.
 TEST(LoraExpand, SmallTokenTiles) {
   using K = detail::ExpandPrefillKernel;
-  ExpandCase a{DType::bf16, DType::f32, 64, {1024}, {16}, true, 0};  // 8 column tiles: 16-row tiles
-  a.nan_pad = true;
-  a.expect = K::mma_pipe;
-  run_case(a);
-  ExpandCase b{DType::bf16, DType::f32, 100, {1024, 256, 256}, {16, 8, 0, 16}, true, 8};
-  b.nan_pad = true;
-  b.expect = K::mma_pipe;
-  run_case(b);
-  ExpandCase c{DType::f16, DType::f32, 40, {1024}, {64, 40}, false, 0};  // streaming, 16-row tiles
-  c.nan_pad = true;
-  c.expect = K::mma_stream;
-  run_case(c);
-  ExpandCase d{DType::bf16, DType::f32, 300, {4096}, {64, 40}, true, 0};  // streaming, 32-row tiles
-  d.nan_pad = true;
-  d.expect = K::mma_stream;
-  run_case(d);
-  ExpandCase e{DType::bf16, DType::f32, 300, {4096}, {16, 5}, true, 0};  // pipelined, 32-row tiles
-  e.nan_pad = true;
-  e.expect = K::mma_pipe;
-  run_case(e);
+  auto run = [](ExpandCase c, K expect) {
+    c.nan_pad = true;
+    c.expect = expect;
+    run_case(c);
+  };
+  run({DType::bf16, DType::f32, 64, {1024}, {16}, true, 0}, K::mma_pipe);  // 8 column tiles: 16-row tiles
+  run({DType::bf16, DType::f32, 100, {1024, 256, 256}, {16, 8, 0, 16}, true, 8}, K::mma_pipe);
+  run({DType::f16, DType::f32, 40, {1024}, {64, 40}, false, 0}, K::mma_stream);    // streaming, 16-row tiles
+  run({DType::bf16, DType::f32, 300, {4096}, {64, 40}, true, 0}, K::mma_stream);   // streaming, 32-row tiles
+  run({DType::bf16, DType::f32, 300, {4096}, {16, 5}, true, 0}, K::mma_pipe);      // pipelined, 32-row tiles
 }
 TEST(LoraExpand, PrefillKernels) {
   using K = detail::ExpandPrefillKernel;

@@ -281,11 +281,12 @@ inline bool use_decode_kernel(int64_t T, int S, int max_rank, int max_loras) {
 // x and A straight into mma.sync fragments (16-byte loads; k permuted identically in both operands),
 // and the C CTAs of a cluster sum their partials through distributed shared memory, each storing
 // 1 / C of the tile's rows. Every y element is written once: no zero kernel, no atomics,
-// deterministic. Up to kClMaxGroups column groups (S * ceil(R / 8) <= 32 blocks of 8 columns).
+// deterministic. Up to kClMaxBlocks blocks of 8 columns over all slices (S * ceil(R / 8)).
 constexpr int kClThreads = 128;
 constexpr int kClMaxNbw = 8;
-constexpr int kClMaxGroups = 4;
+constexpr int kClMaxBlocks = 32;
 constexpr int kClMaxCluster = 8;  // the portable cluster size
+constexpr int kClCtasPerSm = 2;   // the grid the configuration aims for (the kernel's occupancy)
 struct ClusterConfig {
   int mg = 2, nbw = 8, ncg = 1, cluster = 1, chunks_per_cta = 1;
   int64_t tiles = 0;  // upper bound of the token tiles (grid z)
@@ -293,7 +294,7 @@ struct ClusterConfig {
 // Blocks of 8 rank columns an adapter of max_rank spans over all S slices.
 inline int cluster_blocks(int S, int max_rank) { return S * ((max_rank + 7) / 8); }
 inline bool cluster_fits(int S, int max_rank) {
-  return max_rank > 0 && cluster_blocks(S, max_rank) <= kClMaxNbw * kClMaxGroups;
+  return max_rank > 0 && cluster_blocks(S, max_rank) <= kClMaxBlocks;
 }
 // Clusters of C CTAs along K until the grid holds ~2 CTAs per SM (the kernel's occupancy), each
 // warp keeping at least one 32-element chunk; 16-token tiles (mg = 1) where 32-token tiles would
@@ -302,7 +303,7 @@ inline ClusterConfig cluster_config_nbw(int64_t T, int64_t K, int blocks, int nb
   ClusterConfig c;
   c.nbw = nbw;
   c.ncg = (blocks + nbw - 1) / nbw;
-  const int64_t target = 2 * int64_t(num_sms);
+  const int64_t target = int64_t(kClCtasPerSm) * num_sms;
   const int64_t extra = std::min<int64_t>(std::max<int64_t>(max_loras, 0) + 1, T);  // partial tile per entry
   const int64_t tiles32 = (T + 31) / 32 + extra;
   c.mg = tiles32 * c.ncg * kClMaxCluster < target ? 1 : 2;
@@ -325,7 +326,7 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
   const int blocks = cluster_blocks(S, max_rank);
   int nbw = blocks <= kClMaxNbw ? std::min(kClMaxNbw, ((blocks + 1) / 2) * 2) : kClMaxNbw;
   ClusterConfig c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);
-  const int64_t target = 2 * int64_t(num_sms);
+  const int64_t target = int64_t(kClCtasPerSm) * num_sms;
   while (T <= kClSmallMaxTokens && nbw > 2 && int64_t(c.cluster) * c.ncg * c.tiles < target) {
     nbw = nbw > 4 ? 4 : 2;
     c = cluster_config_nbw(T, K, blocks, nbw, max_loras, num_sms);

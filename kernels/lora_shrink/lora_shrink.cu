@@ -1026,7 +1026,7 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
       (kind == K::automatic && H::auto_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) ||
       (kind == K::small_cluster && H::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
   if (want_cluster && detail::shrink_cluster_ok(a)) return detail::launch_shrink_cluster(a, stream);
-  // (cluster: a shape the tile does not take)
+  // Not the cluster tile (for `cluster`: a shape the tile does not take): automatic's other kernels.
   if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
   if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) return detail::launch_shrink_decode(a, stream);
   const ShrinkParams p = make_params(a);

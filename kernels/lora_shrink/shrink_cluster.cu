@@ -97,13 +97,7 @@ __global__ void __launch_bounds__(H::kClThreads, 2) shrink_cluster_kernel(Cluste
   }
   pdl_wait();  // x may be written, and y read, by the previous kernel on the stream
 
-  float acc[MG][NBW][4];
-#pragma unroll
-  for (int mg = 0; mg < MG; ++mg)
-#pragma unroll
-    for (int nb = 0; nb < NBW; ++nb)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mg][nb][i] = 0.f;
+  float acc[MG][NBW][4] = {};
 
   const T* X = static_cast<const T*>(p.x);
   const int nch = int((p.K + 31) / 32);
