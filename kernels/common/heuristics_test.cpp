@@ -325,8 +325,6 @@ TEST(ExpandPipeRouting, Preconditions) {
   EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.num_tokens = 64 * 65535; }));  // grid y extent
 }
 
-// The pipelined expand's column tiles per block at rank <= 16: 3 for two or more slices, 4 for one
-// (results/NOTES.md v17 part 1).
 // The expand's token rows per block on a 132-SM device: 64 until the grid stays under 2 blocks per
 // SM, then 32, then 16. The shapes are lora_expand_test's SmallTokenTiles (its comments say which
 // tile height each reaches).
@@ -341,6 +339,8 @@ TEST(ExpandHeuristics, SmallTokenTiles) {
   EXPECT_EQ(small_bm(64, 32, 32, 132), 64);   // a partial tile per adapter fills the grid
 }
 
+// The pipelined expand's column tiles per block at rank <= 16: 3 for two or more slices, 4 for one
+// (results/NOTES.md v17 part 1).
 TEST(ExpandHeuristics, PipeTilesMultiSlice) {
   EXPECT_EQ(expand_heur::pipe_tiles16(1), 4);
   EXPECT_EQ(expand_heur::pipe_tiles16(2), 3);
