@@ -94,7 +94,7 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
   } else if (auto_tiles && shrink_heur::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) &&
-             detail::shrink_cluster_ok(sa)) {
+             (a.max_rank <= 16 || a.num_tokens >= 32 * int64_t(a.max_loras)) && detail::shrink_cluster_ok(sa)) {
     // EXPERIMENT: the cluster shrink as an ordinary launch (it starts once the kernel before it is
     // done), then the expand as its programmatic dependent: its y and B loads overlap the shrink.
     detail::launch_shrink_cluster(sa, stream, false);

@@ -78,7 +78,7 @@ inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxToken
 inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms) {
   for (int bm : {64, 32}) {
     const int64_t tiles = (T + bm - 1) / bm + std::min<int64_t>(std::max<int64_t>(max_loras, 1), T) - 1;
-    if (col_tiles * tiles >= 2 * int64_t(num_sms)) return bm;
+    if (col_tiles * tiles >= 4 * int64_t(num_sms)) return bm;  // EXPERIMENT: 4 per SM (was 2)
   }
   return 16;
 }
