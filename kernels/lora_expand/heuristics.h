@@ -80,7 +80,7 @@ inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms
     const int64_t tiles = (T + bm - 1) / bm + std::min<int64_t>(std::max<int64_t>(max_loras, 1), T) - 1;
     if (col_tiles * tiles >= 4 * int64_t(num_sms)) return bm;  // EXPERIMENT: 4 per SM (was 2)
   }
-  return 16;
+  return T <= 128 ? 16 : 32;  // EXPERIMENT: 16-row tiles over 256 tokens of one adapter were slower
 }
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with
