@@ -78,7 +78,9 @@ inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxToken
 inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms) {
   for (int bm : {64, 32}) {
     const int64_t tiles = (T + bm - 1) / bm + std::min<int64_t>(std::max<int64_t>(max_loras, 1), T) - 1;
-    if (col_tiles * tiles >= 4 * int64_t(num_sms)) return bm;  // EXPERIMENT: 4 per SM (was 2)
+    // EXPERIMENT: 4 per SM with several adapters, 2 with one (4 lost 1.06-1.44x with one adapter at
+    // T >= 256 and won 0.78-0.93 with 8 adapters)
+    if (col_tiles * tiles >= (max_loras >= 2 ? 4 : 2) * int64_t(num_sms)) return bm;
   }
   return T <= 128 ? 16 : 32;  // EXPERIMENT: 16-row tiles over 256 tokens of one adapter were slower
 }
