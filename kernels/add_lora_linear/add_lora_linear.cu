@@ -93,10 +93,11 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
   } else if (!small) {
     detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
-  } else if (auto_tiles && shrink_heur::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) &&
-             (a.max_rank <= 16 || a.num_tokens >= 32 * int64_t(a.max_loras)) && detail::shrink_cluster_ok(sa)) {
-    // EXPERIMENT: the cluster shrink as an ordinary launch (it starts once the kernel before it is
-    // done), then the expand as its programmatic dependent: its y and B loads overlap the shrink.
+  } else if (auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) &&
+             detail::shrink_cluster_ok(sa)) {
+    // The cluster shrink as an ordinary launch (it starts once the kernel before it has finished),
+    // then the expand as its programmatic dependent: its y and B loads, issued before its
+    // griddepcontrol.wait, overlap the shrink and can no longer see y before that kernel's writes.
     detail::launch_shrink_cluster(sa, stream, false);
     detail::launch_lora_expand_after_shrink(ea, stream);
   } else {
