@@ -93,6 +93,13 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
   } else if (!small) {
     detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
+  } else if (auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) &&
+             detail::shrink_cluster_ok(sa)) {
+    // The cluster shrink as an ordinary launch (it starts once the kernel before it has finished),
+    // then the expand as its programmatic dependent: its y and B loads, issued before its
+    // griddepcontrol.wait, overlap the shrink and can no longer see y before that kernel's writes.
+    detail::launch_shrink_cluster(sa, stream, false);
+    detail::launch_lora_expand_after_shrink(ea, stream);
   } else {
     // Decode-sized batch through the mma expand: B read once per adapter instead of once per
     // token. An ordinary launch: the small-batch shrink may itself be a programmatic dependent of

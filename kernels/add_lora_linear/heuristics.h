@@ -40,6 +40,23 @@ inline bool use_tiles(int64_t T, int max_loras, int max_rank) {
   return expand_heur::small_batch_mma(T, max_loras, max_rank);
 }
 
+// Decode-sized batches that the cluster shrink takes (shrink_heur::auto_cluster_small), at rank <= 16
+// or with >= 32 tokens per adapter: the cluster shrink as an ordinary launch and the expand as its
+// programmatic dependent, so that the expand's y and B loads overlap the shrink. Otherwise the
+// shrink is the programmatic dependent of the kernel before it and the expand an ordinary launch
+// (the pipelined expand loads y before its griddepcontrol.wait, so it may launch early only behind
+// a kernel that itself started after everything before it had finished). Measured on the H200
+// (bench_lora_ops, T=32-512 by axis override, exp/linear-small-pdl against b0cf3f6, 2 interleaved
+// rounds each; results/NOTES.md v20 part 4): add_lora_linear 0.73-0.96 of the time back to back (one
+// slice r=64, one adapter, T=32: 10.50 -> 7.68 us; qkv r=64 T=128 15.65 -> 13.61); with 8 adapters of
+// rank 64 at T=128 (16 tokens each) it was 1.12x slower (the after-shrink choice is then the
+// pipelined r <= 64 kernel), hence the tokens-per-adapter clause.
+constexpr int64_t kPdlExpandMinTokensPerLora = 32;
+inline bool small_cluster_pdl_expand(int64_t T, int S, int max_rank, int64_t max_loras) {
+  return shrink_heur::auto_cluster_small(T, S, max_rank, max_loras) &&
+         (max_rank <= 16 || T >= kPdlExpandMinTokensPerLora * std::max<int64_t>(1, max_loras));
+}
+
 inline std::size_t workspace_bytes(int64_t max_tokens, int S, int R) {
   const std::size_t full = std::size_t(S) * std::size_t(std::max<int64_t>(max_tokens, 0)) * R * 4;
   const std::size_t part = std::size_t(shrink_heur::kMaxSplits) * S *

@@ -196,6 +196,16 @@ TEST(LinearHeuristics, TilesForManyTokensPerAdapter) {
   EXPECT_TRUE(linear_heur::use_tiles(129, 64, 16));  // prefill
 }
 
+// The cluster shrink before a programmatic-dependent expand: where the cluster takes the batch, at
+// rank <= 16 or >= 32 tokens per adapter.
+TEST(LinearHeuristics, SmallClusterPdlExpand) {
+  EXPECT_TRUE(linear_heur::small_cluster_pdl_expand(64, 3, 16, 8));    // rank 16, 8 per adapter
+  EXPECT_TRUE(linear_heur::small_cluster_pdl_expand(32, 1, 64, 1));    // 32 tokens of one adapter
+  EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(128, 1, 64, 8));  // 16 per adapter at rank 64
+  EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(64, 1, 16, 1));   // not a cluster shape
+  EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(256, 3, 16, 1));  // T > 128
+}
+
 TEST(ExpandHeuristics, DecodeGemvWindow) {
   {  // per-token decode blocks at rank <= 16: wide past 1024 narrow (64-column) blocks
     const int64_t h4096[1] = {4096}, qkv[3] = {4096, 1024, 1024};
@@ -325,9 +335,9 @@ TEST(ExpandPipeRouting, Preconditions) {
   EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.num_tokens = 64 * 65535; }));  // grid y extent
 }
 
-// The expand's token rows per block on a 132-SM device: 64 until the grid stays under 2 blocks per
-// SM, then 32, then 16. The shapes are lora_expand_test's SmallTokenTiles (its comments say which
-// tile height each reaches).
+// The expand's token rows per block on a 132-SM device: 64 until the grid stays under 4 blocks per
+// SM (2 with one adapter), then 32, then 16 (16 only up to 128 tokens). The first four shapes are
+// lora_expand_test's SmallTokenTiles (its comments say which tile height each reaches).
 TEST(ExpandHeuristics, SmallTokenTiles) {
   using expand_heur::small_bm;
   EXPECT_EQ(small_bm(64, 1, 8, 132), 16);     // T=64, one 1024-column slice
@@ -337,6 +347,10 @@ TEST(ExpandHeuristics, SmallTokenTiles) {
   EXPECT_EQ(small_bm(64, 1, 32, 132), 16);    // the bench's H=4096, one adapter
   EXPECT_EQ(small_bm(512, 1, 64, 132), 64);   // H=8192: 512 blocks of 64 rows
   EXPECT_EQ(small_bm(64, 32, 32, 132), 64);   // a partial tile per adapter fills the grid
+  EXPECT_EQ(small_bm(256, 1, 32, 132), 32);   // one adapter: 256 blocks of 32 rows reach 2 per SM
+  EXPECT_EQ(small_bm(64, 8, 64, 132), 32);    // 8 adapters: 4 per SM wanted
+  EXPECT_EQ(small_bm(256, 8, 32, 132), 32);   // 16 rows would be taken, but not above 128 tokens
+  EXPECT_EQ(small_bm(2048, 8, 32, 132), 64);
 }
 
 // The pipelined expand's column tiles per block at rank <= 16: 3 for two or more slices, 4 for one

@@ -68,19 +68,29 @@ constexpr int64_t kStreamMaxTokens = 512;
 inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxTokens && max_rank > 16; }
 // Token rows per block of the pipelined (rank <= 16) and streaming kernels with an fp32 x: 64, or
 // 32 / 16 where 64-row tiles leave most SMs idle (small batches: T=64 one adapter at H=4096 is 32
-// blocks of 64 x 128). The largest of 64, 32, 16 whose estimated blocks (column tiles x token
-// tiles, a partial tile per adapter) reach two per SM. Measured on the H200 (bench_lora_ops at
-// T=16-256 and, by axis override, T=32 / 128; exp/expand-smallbm against d61273d, 2 interleaved
-// rounds; results/NOTES.md v20 part 2): the cases that gained 0.81-0.94 back to back and 0.86-0.95
-// cold (one slice r=64, one adapter, T=64: 7.07 -> 5.75 us; qkv r=64 T=128: 8.46 -> 6.98), inside
-// add_lora_linear 0.89-0.94; no case above 1.02. fp32 x only (the intermediate of add_lora_linear and of
-// the bench), so that the 16-bit-x variants are not instantiated.
+// blocks of 64 x 128). The largest of 64 and 32 whose estimated blocks (column tiles x token tiles,
+// a partial tile per adapter) reach 4 per SM with several adapters (2 with one), else 16 up to 128
+// tokens and 32 above. Measured on the H200 (results/NOTES.md v20 parts 2 and 4):
+// - 2 per SM (exp/expand-smallbm against d61273d, bench_lora_ops T=16-256 and T=32 / 128 by axis
+//   override, 2 interleaved rounds): the cases that gained 0.81-0.94 back to back and 0.86-0.95
+//   cold (one slice r=64, one adapter, T=64: 7.07 -> 5.75 us; qkv r=64 T=128: 8.46 -> 6.98), inside
+//   add_lora_linear 0.89-0.94; no case above 1.02.
+// - 4 per SM with several adapters (exp/linear-small-pdl against b0cf3f6, T=64 / 256 / 512): 8
+//   adapters 0.82-0.96 (qkv r=64 T=64: 9.45 -> 7.77 us), every other case 0.97-1.03. With one adapter
+//   4 per SM lost 1.06-1.44x at T=256 (16-row tiles: B re-read per tile) and 32-row tiles lost
+//   1.06-1.25x at T=512, hence 2 per SM there and no 16-row tiles above 128 tokens.
+// fp32 x only (the intermediate of add_lora_linear and of the bench), so that the 16-bit-x variants
+// are not instantiated.
+constexpr int kSmallBmBlocksPerSm = 4;     // with >= 2 adapters
+constexpr int kSmallBmBlocksPerSmOne = 2;  // with one adapter
+constexpr int64_t kSmallBm16MaxTokens = 128;
 inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms) {
+  const int64_t want = int64_t(max_loras >= 2 ? kSmallBmBlocksPerSm : kSmallBmBlocksPerSmOne) * num_sms;
   for (int bm : {64, 32}) {
     const int64_t tiles = (T + bm - 1) / bm + std::min<int64_t>(std::max<int64_t>(max_loras, 1), T) - 1;
-    if (col_tiles * tiles >= 2 * int64_t(num_sms)) return bm;
+    if (col_tiles * tiles >= want) return bm;
   }
-  return 16;
+  return T <= kSmallBm16MaxTokens ? 16 : 32;
 }
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with

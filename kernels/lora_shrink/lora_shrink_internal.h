@@ -44,6 +44,9 @@ int num_sms_cached();
 bool cluster_available();
 // The cluster tile takes this call (dtypes, alignment, ranks, device); launch_shrink_cluster requires it.
 bool shrink_cluster_ok(const LoraShrinkArgs& a);
-void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream);
+// pdl: a programmatic dependent of the kernel before it on the stream (griddepcontrol.wait before
+// x is read); false where the kernel after it must be able to launch early and read what the
+// kernel before wrote (add_lora_linear's expand, which loads y before its own wait).
+void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool pdl = true);
 
 }  // namespace punica::kernels::detail
