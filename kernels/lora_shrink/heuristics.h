@@ -219,7 +219,7 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   // split, 13-way, was 10-25% slower there for r=64, git c8d63ac). From ~1 to 3 waves of tiles:
   // ncu on the H200 (T=8192, qkv r=16, 32 adapters) showed 161 blocks, 12.5% achieved occupancy
   // and 46% of DRAM bandwidth without split-K; splitting until ~3 blocks per SM (the smem limit)
-  // made T=8192 up to 1.24x faster (git c8d63ac, results/history/c8d63ac/bench_lora_ops_prefill.json).
+  // made T=8192 up to 1.24x faster (git c8d63ac, results/history/c8d63ac87ea2/bench_lora_ops_prefill.json.gz at commit aa3e837).
   // Never more per SM than fit: with 2 or 3 column groups per warp (>= 96 KB of stages) only 2 blocks
   // are resident, and aiming at 3 made qkv r=64 T=8192 11% slower (70.2 vs 62.7 us, git 2c77476
   // against 98d3c40), so those shapes keep the 2-per-SM split (this rule itself not re-measured:
