@@ -1,6 +1,8 @@
 // Device buffers and pattern fills (see device_buffer.h).
 #include "kernels/common/device_buffer.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/hash_rng.h"
+#include <cuda_bf16.h>
 #include <utility>
 
 namespace punica::kernels {
@@ -48,7 +50,19 @@ __global__ void fill_pattern_kernel(T* p, std::size_t n, T v) {
        i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = v;
 }
+__global__ void fill_uniform_bf16_kernel(__nv_bfloat16* p, std::size_t n, uint64_t key) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16_rn(hash_uniform(key, i));
+}
 }  // namespace
+
+void device_fill_uniform_bf16(void* ptr, std::size_t n, uint64_t key, cudaStream_t stream) {
+  if (n == 0) return;
+  unsigned blocks = unsigned(std::min<std::size_t>((n + 255) / 256, 4096));
+  fill_uniform_bf16_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(ptr), n, key);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
 
 void device_fill_pattern(void* ptr, std::size_t n, int elem_bytes, uint32_t pattern,
                          cudaStream_t stream) {

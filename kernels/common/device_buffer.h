@@ -36,6 +36,11 @@ int gpu_count();
 void device_fill_pattern(void* ptr, std::size_t n, int elem_bytes, uint32_t pattern,
                          cudaStream_t stream);
 
+// Fill n bf16 elements with hash_uniform(key, i) in [-1, 1) rounded to nearest (hash_rng.h), the
+// same values the host generator gives: realistic operands for the GEMM ceiling, whose tensor
+// rate depends on how many bits toggle (a constant fill draws less power and clocks higher).
+void device_fill_uniform_bf16(void* ptr, std::size_t n, uint64_t key, cudaStream_t stream);
+
 }  // namespace punica::kernels
 
 namespace punica::kernels {

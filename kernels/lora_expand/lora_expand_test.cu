@@ -319,6 +319,18 @@ TEST(LoraExpandPerf, DISABLED_PrefillShapes) {
   perf_expand(8192, {4096}, 64, 8, 0);
 }
 
+// 256-1024 tokens (as LoraShrinkPerf.DISABLED_MidBatch): the automatic choice against each kernel.
+TEST(LoraExpandPerf, DISABLED_MidBatch) {
+  for (int T : {256, 512, 1024})
+    for (int L : {1, 8, 32}) {
+      perf_expand(T, {4096, 1024, 1024}, 16, L, 0);
+      perf_expand(T, {4096, 1024, 1024}, 64, L, 0);
+      perf_expand(T, {4096}, 64, L, 0);
+      perf_expand(T, {8192}, 16, L, 0);
+      perf_expand(T, {8192}, 64, L, 0);
+    }
+}
+
 TEST(LoraExpandPerf, DISABLED_Bf16) {
   perf_expand(8192, {2048, 512, 512}, 16, 8, 25);   // Llama-3-8B qkv layer, tp 2
   perf_expand(8192, {4096, 1024, 1024}, 16, 8, 25); // tp 1

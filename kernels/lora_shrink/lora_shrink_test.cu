@@ -386,7 +386,8 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
   const std::pair<K, const char*> ks[] = {{K::legacy, "legacy"}, {K::automatic, "auto"}, {K::fused, "fused"},
                                           {K::fused_nosplit, "fused_nosplit"}, {K::fused128, "fused128"},
                                           {K::fused_sk, "fused_sk"}, {K::fused128_sk, "fused128_sk"},
-                                          {K::fused_wk, "fused_wk"}, {K::fused_wg, "fused_wg"}};
+                                          {K::fused_wk, "fused_wk"}, {K::fused_wg, "fused_wg"},
+                                          {K::cluster, "cluster"}};  // cluster: auto where the tile cannot run
   char prefix[96];
   std::snprintf(prefix, sizeof prefix, "SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d none=%2d%%", T, (long long)H, R, L, S,
                 none_pct);
@@ -417,6 +418,18 @@ TEST(LoraShrinkPerf, DISABLED_Bf16) {
       perf_shrink(T, 4096, 16, L, 1);
       perf_shrink(T, 8192, 64, L, 1);
       perf_shrink(T, 4096, 64, L, 3);
+    }
+}
+
+// 256-1024 tokens, where back to back the shrink is furthest over its bound (NOTES v21): every
+// kernel on the bench's rank-64 and qkv shapes, to see which one the automatic rule should take.
+TEST(LoraShrinkPerf, DISABLED_MidBatch) {
+  for (int T : {256, 512, 1024})
+    for (int L : {1, 8, 32}) {
+      perf_shrink(T, 4096, 64, L, 3);
+      perf_shrink(T, 4096, 64, L, 1);
+      perf_shrink(T, 8192, 64, L, 1);
+      perf_shrink(T, 4096, 16, L, 3);
     }
 }
 
