@@ -46,6 +46,15 @@ TEST(ShrinkHeuristics, WgmmaTile) {
   EXPECT_FALSE(shrink_heur::auto_wg(8192, 1, 64, 8));   // N = 64 at T=8192: the warp-k tile
   EXPECT_FALSE(shrink_heur::auto_wg(4096, 3, 64, 32));  // 128 tokens per adapter
   EXPECT_FALSE(shrink_heur::auto_wg(2048, 3, 16, 8));   // N = 48 below T=4096
+  // 512-1024 tokens with >= 64 tokens per adapter: N = 48 and N = 64 (NOTES v21)
+  EXPECT_TRUE(shrink_heur::auto_wg(512, 3, 16, 8));
+  EXPECT_TRUE(shrink_heur::auto_wg(1024, 3, 16, 1));
+  EXPECT_TRUE(shrink_heur::auto_wg(1024, 1, 64, 8));
+  EXPECT_TRUE(shrink_heur::auto_wg(512, 1, 64, 8));
+  EXPECT_FALSE(shrink_heur::auto_wg(1024, 1, 64, 32));  // 32 tokens per adapter
+  EXPECT_FALSE(shrink_heur::auto_wg(1024, 3, 16, 32));
+  EXPECT_FALSE(shrink_heur::auto_wg(256, 3, 16, 1));    // T=256: slower in a graph
+  EXPECT_FALSE(shrink_heur::auto_wg(2048, 1, 64, 8));   // the mid-batch rule ends at 1024 tokens
   EXPECT_FALSE(shrink_heur::auto_wg(8192, 1, 16, 8));   // N = 16: no wgmma tile
   EXPECT_FALSE(shrink_heur::auto_wg(8192, 3, 32, 8));   // N = 96: no wgmma tile
   EXPECT_EQ(shrink_heur::wg_columns(3, 13), 48);
@@ -62,12 +71,20 @@ TEST(ShrinkHeuristics, WgmmaTile) {
 // The warp-k tile (NOTES v9): automatic for 2-4 column groups with stream-K's long ranges (2 blocks
 // per SM, 112 KB of stages); never for one group, 12 groups or T=2048.
 TEST(ShrinkHeuristics, WarpKTile) {
-  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 3, 16, 132));   // qkv r=16
-  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 2, 16, 132));   // gate_up r=16
-  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 1, 64, 132));
-  EXPECT_FALSE(shrink_heur::auto_wk(8192, 8192, 1, 16, 132));  // one group
-  EXPECT_FALSE(shrink_heur::auto_wk(8192, 4096, 3, 64, 132));  // 12 groups
-  EXPECT_FALSE(shrink_heur::auto_wk(2048, 4096, 3, 16, 132));
+  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 3, 16, 132, 8));   // qkv r=16
+  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 2, 16, 132, 8));   // gate_up r=16
+  EXPECT_TRUE(shrink_heur::auto_wk(8192, 4096, 1, 64, 132, 8));
+  EXPECT_FALSE(shrink_heur::auto_wk(8192, 8192, 1, 16, 132, 8));  // one group
+  EXPECT_FALSE(shrink_heur::auto_wk(8192, 4096, 3, 64, 132, 8));  // 12 groups
+  EXPECT_FALSE(shrink_heur::auto_wk(2048, 4096, 3, 16, 132, 8));
+  // 256-1024 tokens with >= 32 adapters and 3-4 groups (NOTES v21)
+  EXPECT_TRUE(shrink_heur::auto_wk(256, 4096, 1, 64, 132, 32));
+  EXPECT_TRUE(shrink_heur::auto_wk(1024, 4096, 3, 16, 132, 32));
+  EXPECT_TRUE(shrink_heur::auto_wk(512, 8192, 1, 64, 132, 32));
+  EXPECT_FALSE(shrink_heur::auto_wk(256, 4096, 3, 16, 132, 8));   // 8 adapters
+  EXPECT_FALSE(shrink_heur::auto_wk(2048, 4096, 1, 64, 132, 32)); // past 1024 tokens
+  EXPECT_FALSE(shrink_heur::auto_wk(512, 4096, 2, 16, 132, 32));  // 2 groups
+  EXPECT_FALSE(shrink_heur::auto_wk(512, 4096, 3, 64, 132, 32));  // 12 groups: does not fit
   const auto c = shrink_heur::fused_config(8192, 4096, 3, 16, 132, true, shrink_heur::kFusedBM, false, true, 8, true);
   EXPECT_TRUE(c.wk);
   EXPECT_TRUE(c.stream_k);

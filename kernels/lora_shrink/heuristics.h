@@ -106,8 +106,16 @@ inline bool wk_fits(int S, int max_rank) { return column_groups(S, max_rank) <= 
 // against 24.1-24.4, one slice r=64 27.7-28.2 against 30.2, T=16384 qkv r=16 43.6-45.7 against 48.0.
 // Not for one group (T=8192 H=8192 r=16: 40.4-42.8 against 39.8-40.9) nor shorter ranges (T=2048
 // qkv r=16: 15.2-15.9 against 12.6, its 4-way k reduction and 2 blocks per SM over 8 k-tiles).
-inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms) {
-  return column_groups(S, max_rank) >= 2 && wk_fits(S, max_rank) && auto_stream_k(T, K, 2 * int64_t(num_sms));
+// Also from 256 to 1024 tokens with at least 32 adapters and 3 or 4 groups (one slice r=64, qkv
+// r=16; NOTES v21, LoraShrinkPerf.DISABLED_MidBatch, 32 adapters, cold / graph against the fused
+// tile taken before): H=4096 0.85-0.96 / 0.73-0.76, H=8192 0.97-1.00 / 0.89-0.92. Not with 8
+// adapters at T=256 (qkv r=16: 0.96 / 1.19; one slice r=64 1.00 / 1.01).
+constexpr int64_t kWkMidMinTokens = 256, kWkMidMaxTokens = 1024, kWkMidMinLoras = 32;
+inline bool auto_wk(int64_t T, int64_t K, int S, int max_rank, int num_sms, int64_t max_loras) {
+  if (!wk_fits(S, max_rank)) return false;
+  const int g = column_groups(S, max_rank);
+  if (g >= 3 && T >= kWkMidMinTokens && T <= kWkMidMaxTokens && max_loras >= kWkMidMinLoras) return true;
+  return g >= 2 && auto_stream_k(T, K, 2 * int64_t(num_sms));
 }
 
 // Fused prefill (x streamed once for all slices and columns): groups of 16 columns per warp per
@@ -139,9 +147,19 @@ constexpr std::size_t wg_smem(int n) { return std::size_t(wg_stages(n)) * (128 *
 //   loss); not at T=2048 (19.0 against 17.4 cold).
 // - N = 64 (one slice r=64) up to T=1024: T=512-1024 H=8192, one adapter, 13.0-15.8 against 15.1-18.3
 //   cold; not at T=8192 (36.9 against 35.4; the warp-k tile there).
+// - 512-1024 tokens with at least 64 tokens per adapter (NOTES v21, LoraShrinkPerf.DISABLED_MidBatch,
+//   cold / graph against the kernel taken before): N = 48 T=512-1024 with 1 or 8 adapters
+//   0.87-0.92 / 0.77-0.83; N = 64 T=512-1024 with 8 adapters 0.85-0.91 / 0.76-0.95. Not with 32
+//   tokens per adapter (N = 64 T=1024 32 adapters 1.10 / 1.08) nor at T=256 (N = 48: 0.93-0.95
+//   cold but 1.14-1.23 in a graph).
+constexpr int64_t kWgMidMinTokens = 512, kWgMidMaxTokens = 1024, kWgMidMinPerAdapter = 64;
 inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
   const int n = wg_columns(S, max_rank);
-  if (n == 0 || T < 256 * std::max<int64_t>(1, max_loras)) return false;
+  if (n == 0) return false;
+  const int64_t L = std::max<int64_t>(1, max_loras);
+  if ((n == 48 || n == 64) && T >= kWgMidMinTokens && T <= kWgMidMaxTokens && T >= kWgMidMinPerAdapter * L)
+    return true;
+  if (T < 256 * L) return false;
   if (n == 192) return T >= 512;
   if (n == 64) return T <= 1024;
   return T >= 4096;

@@ -1048,7 +1048,7 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
                                              a.max_loras,
                                              kind == K::fused_wk ||
                                                  (kind == K::automatic && !wg && H::auto_wk(a.num_tokens, a.hidden, a.num_slices,
-                                                                                            a.max_rank, sms)),
+                                                                                            a.max_rank, sms, a.max_loras)),
                                              wg);
     if (c.ksplit > 1 || c.stream_k) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);
