@@ -4,7 +4,8 @@
     scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots]
 
 DIRs hold the tarballs of `scripts/standing_check.sh` (parts a and b): q.tgz, f.tgz, l.tgz, l8.tgz,
-m.tgz, all five required. Before anything moves it checks that every result JSON in them names one
+m.tgz, all five required. With --layers they hold its part x instead (x70.tgz, x8.tgz: the layer
+scenarios under `mpirun -np N` on an N-GPU machine), installed into results/h200xN/. Before anything moves it checks that every result JSON in them names one
 git sha, clean, and that every step of every profile exited 0 (logs/steps.txt). Then the files now in
 results/h200 and results/h200x2 go to results/history/<their sha>/ (JSON gzipped, without name or
 time stamp, so that `gunzip` restores them byte for byte; logs and plots beside the JSON they belong
@@ -43,6 +44,48 @@ PLACES = [
     ("m", "microbench_h200_stderr.txt", "h200/microbench_h200_stderr.txt"),
 ]
 GRID = "h200/check_vllm_grid"
+
+# --layers (standing_check.sh part x on an N-GPU machine): the same layer files as parts a / b's,
+# under h200xN/ with their np in the name
+LAYER_PARTS = ["x70", "x8"]
+
+
+def layer_places(n):
+    return [
+        ("x70", f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama70b_prefill_np{n}.json"),
+        ("x70", f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama70b_decode_np{n}.json"),
+        ("x70", "logs.tgz", f"h200x{n}/layers_llama70b_logs.tgz"),
+        ("x8", f"layers_ci_np{n}.json", f"h200x{n}/layers_ci_np{n}.json"),
+        ("x8", f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama_prefill_np{n}.json"),
+        ("x8", f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama_decode_np{n}.json"),
+        ("x8", "logs.tgz", f"h200x{n}/layers_llama8b_logs.tgz"),
+    ]
+
+
+def layer_companion(n):
+    return {
+        f"h200x{n}/layers_llama70b_logs.tgz": f"h200x{n}/layers_llama70b_prefill_np{n}.json",
+        f"h200x{n}/layers_llama8b_logs.tgz": f"h200x{n}/layers_llama_prefill_np{n}.json",
+    }
+
+
+def layer_np(tmp):
+    """N of the layer files of part x (layers_ci_npN.json in x8/, the same N in x70/)."""
+    ns = set()
+    for p in LAYER_PARTS:
+        for f in os.listdir(os.path.join(tmp, p)):
+            if f.startswith("layers_") and f.endswith(".json") and "_np" in f:
+                tail = f[f.rindex("_np") + 3:-len(".json")]
+                if not tail.isdigit():
+                    die(f"{p}.tgz: {p}/{f}: expected a name ending in _np<ranks>.json")
+                ns.add(int(tail))
+    if len(ns) != 1:
+        die("part x's layer files name " + ("no" if not ns else "several") + " rank counts (_np<N>.json): "
+            + ", ".join(map(str, sorted(ns))) + "; expected one N from one machine")
+    n = ns.pop()
+    if n < 2:
+        die(f"part x's layer files are from np {n}: expected 2 or more ranks")
+    return n
 # files without a sha of their own go to history with the JSON they came with
 COMPANION = {
     "h200/device_check_quick_logs.tgz": "h200/bench_lora_ops.json",
@@ -99,7 +142,9 @@ def steps_ok(part, folder):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+", help="folders with q.tgz f.tgz l.tgz l8.tgz m.tgz")
+    ap.add_argument("dirs", nargs="+", help="folders with q.tgz f.tgz l.tgz l8.tgz m.tgz (--layers: x70.tgz x8.tgz)")
+    ap.add_argument("--layers", action="store_true",
+                    help="install standing_check.sh part x (multi-GPU layer files) into results/h200xN/")
     ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results"))
     ap.add_argument("--dry-run", action="store_true", help="check and say what would move; move nothing")
     ap.add_argument("--no-plots", action="store_true", help="leave results/h200/plots to scripts/plot_results.py")
@@ -108,17 +153,19 @@ def main():
     if not os.path.isdir(os.path.join(res, "h200")):
         die(f"{res}: no h200/ folder (give --results)")
 
+    parts = LAYER_PARTS if a.layers else PARTS
     tarballs = {}
     for d in a.dirs:
-        for p in PARTS:
+        for p in parts:
             t = os.path.join(d, p + ".tgz")
             if os.path.isfile(t):
                 if p in tarballs:
                     die(f"{p}.tgz found twice: {tarballs[p]} and {t}")
                 tarballs[p] = t
-    missing = [p + ".tgz" for p in PARTS if p not in tarballs]
+    missing = [p + ".tgz" for p in parts if p not in tarballs]
     if missing:
-        die("missing " + ", ".join(missing) + " (scripts/standing_check.sh parts a and b make all five)")
+        die("missing " + ", ".join(missing) + (" (scripts/standing_check.sh part x makes both)" if a.layers else
+                                                " (scripts/standing_check.sh parts a and b make all five)"))
 
     tmp = tempfile.mkdtemp(prefix="install_results.")
     try:
@@ -131,23 +178,28 @@ def main():
             if not os.path.isdir(os.path.join(tmp, p)):
                 die(f"{t}: holds no folder {p}/")
             steps_ok(p, os.path.join(tmp, p))
-        grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
-        if not os.path.isfile(grid_tgz):
-            die(f"{tarballs['f']}: no check_vllm_grid.tgz")
-        gdir = os.path.join(tmp, "grid")
-        os.makedirs(gdir)
-        with tarfile.open(grid_tgz) as tf:
-            for m in tf.getmembers():
-                if not (m.isfile() and m.name.endswith(".json") and "/" not in m.name):
-                    die(f"{grid_tgz}: unexpected member {m.name}")
-            tf.extractall(gdir)
-        grid = sorted(os.listdir(gdir))
-        if not grid:
-            die(f"{grid_tgz}: no shard JSON")
+        if a.layers:
+            n = layer_np(tmp)
+            places, companion, grid, gdir = layer_places(n), layer_companion(n), [], None
+        else:
+            places, companion = PLACES, COMPANION
+            grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
+            if not os.path.isfile(grid_tgz):
+                die(f"{tarballs['f']}: no check_vllm_grid.tgz")
+            gdir = os.path.join(tmp, "grid")
+            os.makedirs(gdir)
+            with tarfile.open(grid_tgz) as tf:
+                for m in tf.getmembers():
+                    if not (m.isfile() and m.name.endswith(".json") and "/" not in m.name):
+                        die(f"{grid_tgz}: unexpected member {m.name}")
+                tf.extractall(gdir)
+            grid = sorted(os.listdir(gdir))
+            if not grid:
+                die(f"{grid_tgz}: no shard JSON")
 
         # every new result: one sha, clean
         new = []
-        for p, f, dst in PLACES:
+        for p, f, dst in places:
             src = os.path.join(tmp, p, f)
             if not os.path.isfile(src):
                 die(f"{tarballs[p]}: no {p}/{f}")
@@ -165,18 +217,19 @@ def main():
         new_sha = next(iter(shas))
 
         # where each current file goes: history/<its sha, or its companion's>/
-        current = [dst for _, _, dst in PLACES if os.path.exists(os.path.join(res, dst))]
-        current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID))) if os.path.isdir(os.path.join(res, GRID)) else []
-        current += ["h200/plots"] if os.path.isdir(os.path.join(res, "h200/plots")) else []
+        current = [dst for _, _, dst in places if os.path.exists(os.path.join(res, dst))]
+        if not a.layers:
+            current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID))) if os.path.isdir(os.path.join(res, GRID)) else []
+            current += ["h200/plots"] if os.path.isdir(os.path.join(res, "h200/plots")) else []
         moves = []
         for rel in current:
-            comp = COMPANION.get(rel, rel)
+            comp = companion.get(rel, rel)
             if not comp.endswith(".json") or not os.path.isfile(os.path.join(res, comp)):
                 die(f"results/{rel}: cannot tell which run it belongs to (results/{comp} missing)")
             sha, _ = sha_of(os.path.join(res, comp))
             if sha == new_sha:
                 die(f"results/{rel} already is at {new_sha}: nothing to move to history")
-            # history keeps h200/ files at the folder's top and h200x2/ files in h200x2/
+            # history keeps h200/ files at the folder's top and h200xN/ files in h200xN/
             hrel = rel[len("h200/"):] if rel.startswith("h200/") else rel
             hdst = os.path.join(res, "history", sha[:12], hrel + (".gz" if rel.endswith(".json") else ""))
             if os.path.exists(hdst):
@@ -207,6 +260,9 @@ def main():
             os.makedirs(os.path.dirname(d), exist_ok=True)
             with open(src, "rb") as fi:
                 write_atomic(d, fi.read())
+        if a.layers:
+            print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history")
+            return 0
         if a.no_plots:
             print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history (plots not redrawn)")
             return 0

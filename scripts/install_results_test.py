@@ -84,6 +84,64 @@ def make_parts(d, sha, *, dirty_part=None, bad_step_part=None, other_sha_part=No
             f.write(tgz(files))
 
 
+def make_layer_parts(d, sha, n=4, *, n70=None, skip=(), bad_step=False):
+    """The two tarballs of standing_check.sh part x (an n-GPU machine), written into folder d."""
+    os.makedirs(d, exist_ok=True)
+    n70 = n if n70 is None else n70
+    steps = f"10:00:00 rc=0 1s layers_ci\n10:00:01 rc={1 if bad_step else 0} 2s layers_llama_prefill\n"
+    parts = {
+        "x70": {f"x70/layers_ci_np{n70}.json": result_json(sha, tag="ci70"),
+                f"x70/layers_llama_prefill_np{n70}.json": result_json(sha, tag="p70"),
+                f"x70/layers_llama_decode_np{n70}.json": result_json(sha, tag="d70"), "x70/logs.tgz": logs(steps)},
+        "x8": {f"x8/layers_ci_np{n}.json": result_json(sha, tag="ci"),
+               f"x8/layers_llama_prefill_np{n}.json": result_json(sha, tag="p8"),
+               f"x8/layers_llama_decode_np{n}.json": result_json(sha, tag="d8"), "x8/logs.tgz": logs(steps)},
+    }
+    for p, files in parts.items():
+        if p not in skip:
+            with open(os.path.join(d, p + ".tgz"), "wb") as f:
+                f.write(tgz(files))
+
+
+def check_layers_mode(t, res):
+    """--layers: part x's files go to results/h200xN/, the ones there before to history/<sha>/h200xN/."""
+    first, second = "cccccccccccc", "dddddddddddd"
+    before = tree_digest(res)
+    bad = {
+        "layers: missing x70.tgz": (dict(skip=("x70",)), "missing x70.tgz"),
+        "layers: two rank counts": (dict(n70=2), "several rank counts"),
+        "layers: failed step": (dict(bad_step=True), "layers_llama_prefill"),
+    }
+    for name, (kw, msg) in bad.items():
+        d = os.path.join(t, name.replace(" ", "_").replace(":", ""))
+        make_layer_parts(d, first, **kw)
+        r = run(["--layers", d, "--results", res])
+        check(r.returncode == 2, f"{name}: exit 2 expected, got {r.returncode} ({r.stderr.strip()})")
+        check(msg in r.stderr, f"{name}: message should say {msg!r}: {r.stderr!r}")
+        check(tree_digest(res) == before, f"{name}: results/ changed")
+    d1, d2 = os.path.join(t, "x_first"), os.path.join(t, "x_second")
+    make_layer_parts(d1, first)
+    make_layer_parts(d2, second)
+    r = run(["--layers", d1, "--results", res])
+    check(r.returncode == 0, f"layers install: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    for rel, tag in [("h200x4/layers_ci_np4.json", "ci"), ("h200x4/layers_llama70b_prefill_np4.json", "p70"),
+                     ("h200x4/layers_llama_decode_np4.json", "d8"), ("h200x4/layers_llama8b_logs.tgz", None)]:
+        p = os.path.join(res, rel)
+        ok = os.path.isfile(p)
+        check(ok, f"layers install: {rel} not in place")
+        if ok and tag:
+            check(f'"x{tag}"' in open(p).read() and first in open(p).read(), f"layers install: {rel} is not part x's {tag}")
+    check(not os.path.exists(os.path.join(res, "history", first)), "layers install: nothing was there to move")
+    r = run(["--layers", d2, "--results", res])
+    check(r.returncode == 0, f"layers re-install: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    hp = os.path.join(res, "history", first, "h200x4", "layers_llama70b_decode_np4.json.gz")
+    check(os.path.isfile(hp), f"layers re-install: {hp} missing")
+    check(os.path.isfile(os.path.join(res, "history", first, "h200x4", "layers_llama70b_logs.tgz")),
+          "layers re-install: the 70B logs must follow their JSON into history")
+    p = os.path.join(res, "h200x4/layers_ci_np4.json")
+    check(os.path.isfile(p) and second in open(p).read(), "layers re-install: the second run's file is not in place")
+
+
 def make_results(r, sha):
     """A results/ tree at `sha`, as install_results.py leaves one."""
     files = {
@@ -192,6 +250,8 @@ def main():
         r = run([a_dir, b_dir, "--results", res, "--no-plots"])
         check(r.returncode == 2 and "already is at" in r.stderr, f"re-install: refusal expected ({r.returncode}, {r.stderr.strip()})")
         check(tree_digest(res) == after, "re-install: results/ changed")
+
+        check_layers_mode(t, res)
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -7,11 +7,15 @@
 #                                        Llama-3-70B filter (l.tgz)
 #   scripts/standing_check.sh OUTDIR b   layers with the Llama-3-8B filter (l8.tgz; its layers_ci
 #                                        JSON is the one kept), the microbench (m.tgz)
+#   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
+#                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
+#                                        (x70.tgz) and the 8B filter (x8.tgz; its layers_ci JSON is
+#                                        the one kept); install with install_results.py --layers
 # Back here, scripts/install_results.py DIR [DIR...] checks them and puts them under results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: standing_check.sh OUTDIR a|b}
-PART=${2:?usage: standing_check.sh OUTDIR a|b}
+OUT=${1:?usage: standing_check.sh OUTDIR a|b|x}
+PART=${2:?usage: standing_check.sh OUTDIR a|b|x}
 mkdir -p "$OUT" || exit 2
 export NCCL_NVLS_ENABLE=0
 t0=$(date +%s)
@@ -32,6 +36,9 @@ case "$PART" in
      one l 190 LAYERS_FILTER='model=llama-3-70b' layers ;;
   b) one l8 190 LAYERS_FILTER='model=llama-3-8b' layers
      one m 150 micro ;;
-  *) echo "standing_check.sh: part '$PART' is not a or b" >&2; exit 2 ;;
+  # tp 4 / 8 add cases to each step (2x H200: 70B 122 s, 8B 107 s in all): longer caps, still one call
+  x) one x70 280 LAYERS_FILTER='model=llama-3-70b' layers
+     one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
+  *) echo "standing_check.sh: part '$PART' is not a, b or x" >&2; exit 2 ;;
 esac
 exit $status
