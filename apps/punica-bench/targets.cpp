@@ -39,6 +39,8 @@ std::string fmt(double v, int prec = 3) {
 // The issues' bounds, shared by the checks and the summary's median column.
 constexpr double kFloorFraction = 0.8;  // cold and prefill_floor: floor fraction at least this
 constexpr double kGatherUs = 15.0;      // decode_gather: graph-captured all_gather at most this
+constexpr double kBatchSlackUs = 1.5;   // back_to_back: graph node + this + floor / kFloorFraction
+constexpr double kShardedSlack = 1.1;   // fully_sharded: plain tp LoRA time + collective, plus 10%
 // What a row's median is compared with: its target's bound (back_to_back: time over bound, 1).
 double median_bound(const std::string& target, double median) {
   if (target == "cold" || target == "prefill_floor") return kFloorFraction;
@@ -112,7 +114,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       if (fl >= 10 && ff == ff) acc.add("cold", op, ff >= kFloorFraction, id + ": floor fraction " + missed(ff, "<", kFloorFraction, 3), ff);
       const double bt = jnum(c, {"timing", "batch_time_us"});
       if (bt == bt && node == node && fl == fl) {
-        const double bound = node + 1.5 + fl / kFloorFraction;
+        const double bound = node + kBatchSlackUs + fl / kFloorFraction;
         acc.add("back_to_back", op, bt <= bound, id + ": " + missed(bt, ">", bound, 2, " us"), bt / bound);
       }
     }
@@ -170,7 +172,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
               if (k.rfind("comm_", 0) == 0 && k.rfind("comm_base_", 0) != 0 && k.compare(k.size() - 3, 3, "_us") == 0 &&
                   k.find("_batch") == std::string::npos && v.is_number())
                 comm += v.get<double>();
-            const double bound = 1.1 * (jnum(*it->second, {"timing", "lora_us"}) + comm);
+            const double bound = kShardedSlack * (jnum(*it->second, {"timing", "lora_us"}) + comm);
             if (bound == bound)
               acc.add("fully_sharded", phase + " " + kind, lora <= bound,
                       id + ": " + missed(lora, ">", bound, 2, " us"));
