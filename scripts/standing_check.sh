@@ -10,12 +10,14 @@
 #   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
 #                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
 #                                        (x70.tgz) and the 8B filter (x8.tgz; its layers_ci JSON is
-#                                        the one kept); install with install_results.py --layers
+#                                        the one kept); install with install_results.py --layers.
+#                                        np 4 runs 1.5x and np 8 2x the np-2 cases (70B + 8B: ~230 s
+#                                        on 2 GPUs): on 8 GPUs run parts x70 and x8 as two calls
 # Back here, scripts/install_results.py DIR [DIR...] checks them and puts them under results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: standing_check.sh OUTDIR a|b|x}
-PART=${2:?usage: standing_check.sh OUTDIR a|b|x}
+OUT=${1:?usage: standing_check.sh OUTDIR a|b|x|x70|x8}
+PART=${2:?usage: standing_check.sh OUTDIR a|b|x|x70|x8}
 mkdir -p "$OUT" || exit 2
 export NCCL_NVLS_ENABLE=0
 t0=$(date +%s)
@@ -39,6 +41,8 @@ case "$PART" in
   # tp 4 / 8 add cases to each step (2x H200: 70B 122 s, 8B 107 s in all): longer caps, still one call
   x) one x70 280 LAYERS_FILTER='model=llama-3-70b' layers
      one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
-  *) echo "standing_check.sh: part '$PART' is not a, b or x" >&2; exit 2 ;;
+  x70) one x70 280 LAYERS_FILTER='model=llama-3-70b' layers ;;
+  x8) one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
+  *) echo "standing_check.sh: part '$PART' is not a, b, x, x70 or x8" >&2; exit 2 ;;
 esac
 exit $status
