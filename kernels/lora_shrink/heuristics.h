@@ -151,7 +151,9 @@ constexpr std::size_t wg_smem(int n) { return std::size_t(wg_stages(n)) * (128 *
 //   cold / graph against the kernel taken before): N = 48 T=512-1024 with 1 or 8 adapters
 //   0.87-0.92 / 0.77-0.83; N = 64 T=512-1024 with 8 adapters 0.85-0.91 / 0.76-0.95. Not with 32
 //   tokens per adapter (N = 64 T=1024 32 adapters 1.10 / 1.08) nor at T=256 (N = 48: 0.93-0.95
-//   cold but 1.14-1.23 in a graph).
+//   cold but 1.14-1.23 in a graph). Bench A/B of this rule and auto_wk's mid-batch one (NOTES v21
+//   part 3, T=256/512/1024): lora_shrink 0.79-0.95 back to back where taken, add_lora_linear
+//   0.91-0.97 except qkv r=16 one adapter T=512 (1.05) and mixed ranks 8 adapters T=1024 (1.04).
 constexpr int64_t kWgMidMinTokens = 512, kWgMidMaxTokens = 1024, kWgMidMinPerAdapter = 64;
 inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
   const int n = wg_columns(S, max_rank);
