@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-// The integer and float helpers below also compile for the device (device_fill_uniform); the
+// The integer and float helpers below also compile for the device (device_fill_uniform_bf16); the
 // string hash stays host-only.
 #if defined(__CUDACC__)
 #define PUNICA_HD __host__ __device__

@@ -304,7 +304,7 @@ class CudaBackend final : public Backend {
       c.copy_gb_per_s = 2.0 * double(n) / median(t) / 1e3;
     }
     {  // dense bf16 GEMM 8192^3 on uniform random operands: the tensor rate depends on the data
-       // (power draw), and a constant fill (used up to v21) ran faster than real inputs do
+       // (power draw), and the constant fill used up to NOTES v21 part 1 ran faster than real inputs do
       const int64_t m = 8192;
       kernels::DeviceBuffer x(m * m * 2), w(m * m * 2), y(m * m * 2);
       kernels::device_fill_uniform_bf16(x.get(), std::size_t(m * m), splitmix64(1), stream_);
