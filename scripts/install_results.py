@@ -26,39 +26,18 @@ import tempfile
 
 PARTS = ["q", "f", "l", "l8", "m"]
 
-# (part, file in the part's folder) -> path under results/
-PLACES = [
-    ("q", "bench_lora_ops.json", "h200/bench_lora_ops.json"),
-    ("q", "check_smoke.json", "h200/check_smoke.json"),
-    ("q", "logs.tgz", "h200/device_check_quick_logs.tgz"),
-    ("f", "bench_llama3_8b.json", "h200/bench_llama3_8b.json"),
-    ("f", "logs.tgz", "h200/device_check_full_logs.tgz"),
-    ("l", "layers_llama_prefill_np2.json", "h200x2/layers_llama70b_prefill_np2.json"),
-    ("l", "layers_llama_decode_np2.json", "h200x2/layers_llama70b_decode_np2.json"),
-    ("l", "logs.tgz", "h200x2/layers_llama70b_logs.tgz"),
-    ("l8", "layers_ci_np2.json", "h200x2/layers_ci_np2.json"),
-    ("l8", "layers_llama_prefill_np2.json", "h200x2/layers_llama_prefill_np2.json"),
-    ("l8", "layers_llama_decode_np2.json", "h200x2/layers_llama_decode_np2.json"),
-    ("l8", "logs.tgz", "h200x2/layers_llama8b_logs.tgz"),
-    ("m", "microbench_h200.json", "h200/microbench_h200.json"),
-    ("m", "microbench_h200_stderr.txt", "h200/microbench_h200_stderr.txt"),
-]
-GRID = "h200/check_vllm_grid"
-
-# --layers (standing_check.sh part x on an N-GPU machine): the same layer files as parts a / b's,
-# under h200xN/ with their np in the name
-LAYER_PARTS = ["x70", "x8"]
-
-
-def layer_places(n):
+# The layer files of one machine's `device_check.sh layers` calls (70B filter in part p70, 8B
+# filter in part p8, whose layers_ci JSON is the one kept) -> results/h200x<n>/. Parts l / l8 of
+# the standing check on the 2-GPU host, parts x70 / x8 (--layers) on an n-GPU machine.
+def layer_places(n, p70, p8):
     return [
-        ("x70", f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama70b_prefill_np{n}.json"),
-        ("x70", f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama70b_decode_np{n}.json"),
-        ("x70", "logs.tgz", f"h200x{n}/layers_llama70b_logs.tgz"),
-        ("x8", f"layers_ci_np{n}.json", f"h200x{n}/layers_ci_np{n}.json"),
-        ("x8", f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama_prefill_np{n}.json"),
-        ("x8", f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama_decode_np{n}.json"),
-        ("x8", "logs.tgz", f"h200x{n}/layers_llama8b_logs.tgz"),
+        (p70, f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama70b_prefill_np{n}.json"),
+        (p70, f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama70b_decode_np{n}.json"),
+        (p70, "logs.tgz", f"h200x{n}/layers_llama70b_logs.tgz"),
+        (p8, f"layers_ci_np{n}.json", f"h200x{n}/layers_ci_np{n}.json"),
+        (p8, f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama_prefill_np{n}.json"),
+        (p8, f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama_decode_np{n}.json"),
+        (p8, "logs.tgz", f"h200x{n}/layers_llama8b_logs.tgz"),
     ]
 
 
@@ -67,6 +46,32 @@ def layer_companion(n):
         f"h200x{n}/layers_llama70b_logs.tgz": f"h200x{n}/layers_llama70b_prefill_np{n}.json",
         f"h200x{n}/layers_llama8b_logs.tgz": f"h200x{n}/layers_llama_prefill_np{n}.json",
     }
+
+
+# --layers (standing_check.sh part x on an N-GPU machine)
+LAYER_PARTS = ["x70", "x8"]
+
+# (part, file in the part's folder) -> path under results/
+PLACES = [
+    ("q", "bench_lora_ops.json", "h200/bench_lora_ops.json"),
+    ("q", "check_smoke.json", "h200/check_smoke.json"),
+    ("q", "logs.tgz", "h200/device_check_quick_logs.tgz"),
+    ("f", "bench_llama3_8b.json", "h200/bench_llama3_8b.json"),
+    ("f", "logs.tgz", "h200/device_check_full_logs.tgz"),
+    *layer_places(2, "l", "l8"),
+    ("m", "microbench_h200.json", "h200/microbench_h200.json"),
+    ("m", "microbench_h200_stderr.txt", "h200/microbench_h200_stderr.txt"),
+]
+GRID = "h200/check_vllm_grid"
+
+# files without a sha of their own go to history with the JSON they came with
+COMPANION = {
+    "h200/device_check_quick_logs.tgz": "h200/bench_lora_ops.json",
+    "h200/device_check_full_logs.tgz": "h200/bench_llama3_8b.json",
+    **layer_companion(2),
+    "h200/microbench_h200_stderr.txt": "h200/microbench_h200.json",
+    "h200/plots": "h200/bench_lora_ops.json",
+}
 
 
 def layer_np(tmp):
@@ -86,15 +91,6 @@ def layer_np(tmp):
     if n < 2:
         die(f"part x's layer files are from np {n}: expected 2 or more ranks")
     return n
-# files without a sha of their own go to history with the JSON they came with
-COMPANION = {
-    "h200/device_check_quick_logs.tgz": "h200/bench_lora_ops.json",
-    "h200/device_check_full_logs.tgz": "h200/bench_llama3_8b.json",
-    "h200x2/layers_llama70b_logs.tgz": "h200x2/layers_llama70b_prefill_np2.json",
-    "h200x2/layers_llama8b_logs.tgz": "h200x2/layers_llama_prefill_np2.json",
-    "h200/microbench_h200_stderr.txt": "h200/microbench_h200.json",
-    "h200/plots": "h200/bench_lora_ops.json",
-}
 
 
 def die(msg):
@@ -180,7 +176,7 @@ def main():
             steps_ok(p, os.path.join(tmp, p))
         if a.layers:
             n = layer_np(tmp)
-            places, companion, grid, gdir = layer_places(n), layer_companion(n), [], None
+            places, companion, grid, gdir = layer_places(n, *LAYER_PARTS), layer_companion(n), [], None
         else:
             places, companion = PLACES, COMPANION
             grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")

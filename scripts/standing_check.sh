@@ -39,10 +39,9 @@ case "$PART" in
   b) one l8 190 LAYERS_FILTER='model=llama-3-8b' layers
      one m 150 micro ;;
   # tp 4 / 8 add cases to each step (2x H200: 70B 122 s, 8B 107 s in all): longer caps, still one call
-  x) one x70 280 LAYERS_FILTER='model=llama-3-70b' layers
-     one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
-  x70) one x70 280 LAYERS_FILTER='model=llama-3-70b' layers ;;
-  x8) one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
+  x|x70|x8)
+     [ "$PART" != x8 ] && one x70 280 LAYERS_FILTER='model=llama-3-70b' layers
+     [ "$PART" != x70 ] && one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
   *) echo "standing_check.sh: part '$PART' is not a, b, x, x70 or x8" >&2; exit 2 ;;
 esac
 exit $status

@@ -133,8 +133,7 @@ int cmd_validate(const std::vector<std::string>& files) {
 }
 
 // "punica-bench 0.1.0 (git <sha>[+dirty], <build type>, CUDA archs <archs>)": info's first line and --version.
-std::string version_line() {
-  nlohmann::json t = tool_info();
+std::string version_line(const nlohmann::json& t) {
   return "punica-bench " + t["version"].get<std::string>() + " (git " + t["git_sha"].get<std::string>() +
          (t["git_dirty"].get<bool>() ? "+dirty" : "") + ", " + t["build_type"].get<std::string>() + ", CUDA archs " +
          t["cuda_archs"].get<std::string>() + ")";
@@ -142,7 +141,7 @@ std::string version_line() {
 
 int cmd_info() {
   nlohmann::json t = tool_info();
-  std::cout << version_line() << "\n";
+  std::cout << version_line(t) << "\n";
   std::cout << "cuda runtime " << t["cuda_runtime"].get<std::string>() << ", nccl " << t["nccl"].get<std::string>()
             << ", compiler " << t["compiler"].get<std::string>() << "\n";
   std::cout << "ops:";
@@ -277,7 +276,8 @@ int main(int argc, char** argv) {
                "exit codes: 0 pass, 1 wrong result, 2 bad usage/input, 3 performance regression or missed target (targets --strict),\n"
                "            4 cannot run here (no GPU / too few ranks), 5 timeout, 6 internal/CUDA/NCCL/MPI error"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::function<std::string()>(version_line), "Print the version, git sha and build, and exit");
+  app.set_version_flag("--version", std::function<std::string()>([] { return version_line(tool_info()); }),
+                       "Print the version, git sha and build, and exit");
   CommonOpts list_o, check_o, run_o;
   auto* list = app.add_subcommand("list", "List the case ids of scenario files (after -f and -a)");
   add_common(list, list_o, false);

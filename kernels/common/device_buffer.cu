@@ -3,6 +3,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/hash_rng.h"
 #include <cuda_bf16.h>
+#include <algorithm>
 #include <utility>
 
 namespace punica::kernels {
@@ -50,6 +51,8 @@ __global__ void fill_pattern_kernel(T* p, std::size_t n, T v) {
        i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = v;
 }
+// Grid-stride fills: enough 256-thread blocks for n elements, at most 4096.
+unsigned fill_blocks(std::size_t n) { return unsigned(std::min<std::size_t>((n + 255) / 256, 4096)); }
 __global__ void fill_uniform_bf16_kernel(__nv_bfloat16* p, std::size_t n, uint64_t key) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
@@ -59,7 +62,7 @@ __global__ void fill_uniform_bf16_kernel(__nv_bfloat16* p, std::size_t n, uint64
 
 void device_fill_uniform_bf16(void* ptr, std::size_t n, uint64_t key, cudaStream_t stream) {
   if (n == 0) return;
-  unsigned blocks = unsigned(std::min<std::size_t>((n + 255) / 256, 4096));
+  const unsigned blocks = fill_blocks(n);
   fill_uniform_bf16_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(ptr), n, key);
   PUNICA_CUDA_CHECK_LAUNCH();
 }
@@ -67,7 +70,7 @@ void device_fill_uniform_bf16(void* ptr, std::size_t n, uint64_t key, cudaStream
 void device_fill_pattern(void* ptr, std::size_t n, int elem_bytes, uint32_t pattern,
                          cudaStream_t stream) {
   if (n == 0) return;
-  unsigned blocks = unsigned(std::min<std::size_t>((n + 255) / 256, 4096));
+  const unsigned blocks = fill_blocks(n);
   if (elem_bytes == 4)
     fill_pattern_kernel<uint32_t><<<blocks, 256, 0, stream>>>(static_cast<uint32_t*>(ptr), n, pattern);
   else if (elem_bytes == 2)
