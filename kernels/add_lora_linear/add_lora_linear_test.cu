@@ -162,6 +162,17 @@ TEST(AddLoraLinear, DecodeManyAdapters) {
   // 8 tokens per adapter at T = 64, r <= 16: the split-K partials path.
   run_case({DType::bf16, 64, 4096, {1024, 256}, {16, 8, 0, 16, 16, 5, 12, 1}});
 }
+// Few tokens per adapter above rank 16 (the expand's 16-row pipelined tiles, after the shrink):
+// 32 adapters, T = 64 / 256, mixed ranks with NaN padding, 3 unequal slices.
+TEST(AddLoraLinear, FewTokensPerAdapter) {
+  std::vector<int> r32;
+  for (int l = 0; l < 32; ++l) r32.push_back(l == 7 ? 0 : 8 * (1 + (l * 5) % 8));
+  for (int T : {64, 256}) {
+    LinearCase c{DType::bf16, T, 4096, {4096, 1024, 1000}, r32};
+    c.nan_pad = true;
+    run_case(c);
+  }
+}
 // Every path at every batch size it serves (decode and partials up to 128 tokens, tiles at any
 // T): mixed ranks with NaN padding, 3 unequal slices, add_inputs off, fp16.
 TEST(AddLoraLinear, EveryPath) {

@@ -437,6 +437,8 @@ detail::ExpandPrefillKernel choose_prefill(const LoraExpandArgs& a, const Expand
   const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, a.max_loras)
                                                     : H::prefer_stream(a.num_tokens, a.max_rank));
   const bool pipe_ok = which != K::mma_stream && !stream;
+  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras))
+    return K::mma_pipe;  // 16-row pipelined tiles (dispatch)
   return pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream;
 }
 
@@ -447,6 +449,8 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
   if constexpr (!std::is_same_v<T, float>) {
     const K kind = choose_prefill(a, p, which, pdl);
     if constexpr (std::is_same_v<TI, float>) {  // small batches: 32 / 16 token rows per block
+      if (which == K::automatic && kind == K::mma_pipe && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras))
+        return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, pdl);
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
         const int bm = H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());
         if (kind == K::mma_pipe) {

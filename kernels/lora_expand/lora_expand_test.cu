@@ -215,6 +215,24 @@ TEST(LoraExpand, SmallTokenTiles) {
   run({DType::bf16, DType::f32, 300, {4096}, {64, 40}, true, 0}, K::mma_stream);   // streaming, 32-row tiles
   run({DType::bf16, DType::f32, 300, {4096}, {16, 5}, true, 0}, K::mma_pipe);      // pipelined, 32-row tiles
 }
+// Few tokens per adapter above rank 16 through the automatic choice: the pipelined kernel with
+// 16-row tiles (expand_heur::pipe_few_tokens): 32 adapters at T = 64 / 257 (mixed ranks up to 64,
+// one without rank, NaN padding, 3 unequal slices), one slice with a partial last column tile,
+// add_inputs off, ranks 24 and 40 (rank chunks past the true rank), fp16.
+TEST(LoraExpand, PipeFewTokens) {
+  std::vector<int> r32;
+  for (int l = 0; l < 32; ++l) r32.push_back(l == 5 ? 0 : 8 * (1 + (l * 3) % 8));
+  for (int T : {64, 257}) {
+    ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1000}, r32, true, 0};
+    c.nan_pad = true;
+    c.expect = detail::ExpandPrefillKernel::mma_pipe;
+    run_case(c);
+  }
+  ExpandCase d{DType::f16, DType::f32, 100, {1000}, {24, 40, 8, 0, 40, 16, 24, 40, 8, 40, 16, 24, 40}, false, 0};
+  d.nan_pad = true;
+  d.expect = detail::ExpandPrefillKernel::mma_pipe;
+  run_case(d);
+}
 TEST(LoraExpand, PrefillKernels) {
   using K = detail::ExpandPrefillKernel;
   for (K k : {K::mma_staged, K::mma_stream, K::mma_pipe}) {
