@@ -111,6 +111,9 @@ inline bool prefer_stream_after_shrink(int64_t T, int max_rank, int64_t max_lora
 // variant 11, results/NOTES.md v22, graph / cold against auto): 32 adapters T=64 0.66-0.69 /
 // 0.69-0.73, T=256 0.52-0.59 / 0.63-0.69 (H=8192: 28.9 -> 15.2 us); 8 adapters T=64 0.78-0.93 /
 // 0.78-0.96. Not at 32 tokens per adapter (8 adapters T=256: 0.92-1.35 in a graph) nor T=1024.
+// Bench A/B (bench_lora_ops T=64 / 256 at rank 64 and mixed ranks, 2 interleaved rounds, NOTES v22):
+// lora_expand 0.57-0.82 back to back where taken (H=8192 32 adapters T=256: 30.1 -> 17.3 us),
+// add_lora_linear 0.65-0.91 (48.0 -> 31.4 us); every other case 0.98-1.02.
 constexpr int64_t kPipeFewMaxTokensPerLora = 8;
 constexpr int kPipeFewTiles = 8;
 inline bool pipe_few_tokens(int64_t T, int max_rank, int64_t max_loras) {

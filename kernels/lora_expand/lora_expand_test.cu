@@ -216,13 +216,13 @@ TEST(LoraExpand, SmallTokenTiles) {
   run({DType::bf16, DType::f32, 300, {4096}, {16, 5}, true, 0}, K::mma_pipe);      // pipelined, 32-row tiles
 }
 // Few tokens per adapter above rank 16 through the automatic choice: the pipelined kernel with
-// 16-row tiles (expand_heur::pipe_few_tokens): 32 adapters at T = 64 / 257 (mixed ranks up to 64,
-// one without rank, NaN padding, 3 unequal slices), one slice with a partial last column tile,
-// add_inputs off, ranks 24 and 40 (rank chunks past the true rank), fp16.
+// 16-row tiles (expand_heur::pipe_few_tokens): 32 adapters at T = 64 / 255 (at most 8 tokens per
+// adapter; mixed ranks up to 64, one without rank, NaN padding, 3 unequal slices), one slice with a
+// partial last column tile, add_inputs off, ranks 24 and 40 (rank chunks past the true rank), fp16.
 TEST(LoraExpand, PipeFewTokens) {
   std::vector<int> r32;
   for (int l = 0; l < 32; ++l) r32.push_back(l == 5 ? 0 : 8 * (1 + (l * 3) % 8));
-  for (int T : {64, 257}) {
+  for (int T : {64, 255}) {
     ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1000}, r32, true, 0};
     c.nan_pad = true;
     c.expect = detail::ExpandPrefillKernel::mma_pipe;
