@@ -293,6 +293,10 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   EXPECT_TRUE(expand_heur::pipe_few_tokens(256, 64, 32));
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic, true), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic), K::mma_pipe);
+  // only where the streaming kernel would run (up to 512 tokens): past it, the 64-row tiles even
+  // with 8 tokens per adapter
+  EXPECT_TRUE(expand_heur::pipe_few_tokens(512, 64, 64));
+  EXPECT_FALSE(expand_heur::pipe_few_tokens(600, 64, 80));
   many.num_tokens = 512;
   EXPECT_FALSE(expand_heur::pipe_few_tokens(512, 64, 32));
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic, true), K::mma_pipe);

@@ -103,8 +103,8 @@ inline bool prefer_stream_after_shrink(int64_t T, int max_rank, int64_t max_lora
   return prefer_stream(T, max_rank) && T < kPipeAfterShrinkMinTokensPerLora * max_loras;
 }
 
-// Few tokens per adapter above rank 16 (T <= 8 * max_loras, the host's bound; rank <= 64, fp32 x):
-// where the streaming kernel would run, the pipelined kernel with 16-row token tiles and 128-column
+// Few tokens per adapter above rank 16 (T <= 8 * max_loras, the host's bound; rank <= 64, fp32 x,
+// up to kStreamMaxTokens): where the streaming kernel would run, the pipelined kernel with 16-row token tiles and 128-column
 // tiles, 3 stages (B of the next column tile in flight while one is multiplied): the streaming
 // kernel's blocks each load one B tile behind their metadata chain, and with many adapters B is
 // nearly all the bytes. Measured on the H200 (LoraExpandPerf.DISABLED_PipeSmall, exp/pipe-variants
@@ -117,7 +117,7 @@ inline bool prefer_stream_after_shrink(int64_t T, int max_rank, int64_t max_lora
 constexpr int64_t kPipeFewMaxTokensPerLora = 8;
 constexpr int kPipeFewTiles = 8;
 inline bool pipe_few_tokens(int64_t T, int max_rank, int64_t max_loras) {
-  return max_rank > 16 && max_rank <= 64 && T <= kPipeFewMaxTokensPerLora * max_loras;
+  return max_rank > 16 && max_rank <= 64 && T <= kStreamMaxTokens && T <= kPipeFewMaxTokensPerLora * max_loras;
 }
 
 // Decode kernel (expand_decode.cu, every shape the mma kernels do not take): 4 warps per block;
