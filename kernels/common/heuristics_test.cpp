@@ -275,32 +275,33 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 16, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 16, 0), K::automatic), K::automatic);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(16, 64, 0), K::automatic), K::automatic);
-  // 4 tokens per adapter above rank 16: the 16-row pipelined tiles (expand_heur::pipe_few_tokens),
-  // with an fp32 x; a 16-bit x keeps the streaming kernel
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 64, 0), K::automatic), K::mma_pipe);
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 64, 0, DType::bf16), K::automatic), K::mma_stream);
+  // 8 tokens per adapter above rank 16 from 64 tokens: the 16-row pipelined tiles
+  // (expand_heur::pipe_few_tokens) with an fp32 x; a 16-bit x, or fewer than 64 tokens (not
+  // measured), keep the streaming kernel
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(64, 64, 0), K::automatic), K::mma_pipe);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(64, 64, 0, DType::bf16), K::automatic), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 64, 0), K::automatic), K::mma_stream);
   // Above rank 16 the streaming kernel up to 512 tokens, the pipelined one beyond.
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(512, 64, 0), K::automatic), K::mma_stream);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(1024, 64, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(512, 16, 0), K::automatic), K::mma_pipe);
   // After add_lora_linear's shrink the pipelined kernel (the programmatic dependent) from 16 tokens
-  // per adapter (NOTES v9): T=256 with 8 adapters yes; with 32 (8 per adapter) the pipelined kernel
-  // with 16-row tiles (pipe_few_tokens, NOTES v22), which the streaming kernel took before; at 16
-  // per adapter (T=512) the streaming kernel alone and the 64-row pipelined kernel after the shrink.
+  // per adapter (NOTES v9): T=256 with 8 adapters (32 per adapter) the 64-row tiles; with 32 adapters
+  // (8 per adapter) the 16-row tiles (pipe_few_tokens, NOTES v22), which the streaming kernel took
+  // before; likewise up to 16 per adapter (T=512) alone, where after the shrink the 64-row tiles run.
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(256, 64, 0), K::automatic, true), K::mma_pipe);
+  EXPECT_FALSE(expand_heur::pipe_few_tokens(256, 64, 8));
   auto many = expand_args(256, 64, 0);
   many.max_loras = 32;
   EXPECT_TRUE(expand_heur::pipe_few_tokens(256, 64, 32));
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic, true), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic), K::mma_pipe);
-  // only where the streaming kernel would run (up to 512 tokens): past it, the 64-row tiles even
-  // with 8 tokens per adapter
-  EXPECT_TRUE(expand_heur::pipe_few_tokens(512, 64, 64));
-  EXPECT_FALSE(expand_heur::pipe_few_tokens(600, 64, 80));
   many.num_tokens = 512;
-  EXPECT_FALSE(expand_heur::pipe_few_tokens(512, 64, 32));
+  EXPECT_TRUE(expand_heur::pipe_few_tokens(512, 64, 32));
+  EXPECT_FALSE(expand_heur::pipe_few_tokens(513, 64, 32));  // 17 per adapter
+  EXPECT_FALSE(expand_heur::pipe_few_tokens(600, 64, 80));  // past the streaming kernel's 512 tokens
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic, true), K::mma_pipe);
-  EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic), K::mma_pipe);
   many.num_tokens = 256;
   many.max_rank = 128;  // above the pipelined kernel's ranks
   EXPECT_FALSE(expand_heur::pipe_few_tokens(256, 128, 32));

@@ -103,21 +103,27 @@ inline bool prefer_stream_after_shrink(int64_t T, int max_rank, int64_t max_lora
   return prefer_stream(T, max_rank) && T < kPipeAfterShrinkMinTokensPerLora * max_loras;
 }
 
-// Few tokens per adapter above rank 16 (T <= 8 * max_loras, the host's bound; rank <= 64, fp32 x,
-// up to kStreamMaxTokens): where the streaming kernel would run, the pipelined kernel with 16-row token tiles and 128-column
-// tiles, 3 stages (B of the next column tile in flight while one is multiplied): the streaming
-// kernel's blocks each load one B tile behind their metadata chain, and with many adapters B is
-// nearly all the bytes. Measured on the H200 (LoraExpandPerf.DISABLED_PipeSmall, exp/pipe-variants
-// variant 11, results/NOTES.md v22, graph / cold against auto): 32 adapters T=64 0.66-0.69 /
-// 0.69-0.73, T=256 0.52-0.59 / 0.63-0.69 (H=8192: 28.9 -> 15.2 us); 8 adapters T=64 0.78-0.93 /
-// 0.78-0.96. Not at 32 tokens per adapter (8 adapters T=256: 0.92-1.35 in a graph) nor T=1024.
-// Bench A/B (bench_lora_ops T=64 / 256 at rank 64 and mixed ranks, 2 interleaved rounds, NOTES v22):
-// lora_expand 0.57-0.82 back to back where taken (H=8192 32 adapters T=256: 30.1 -> 17.3 us),
-// add_lora_linear 0.65-0.91 (48.0 -> 31.4 us); every other case 0.98-1.02.
-constexpr int64_t kPipeFewMaxTokensPerLora = 8;
+// Few tokens per adapter above rank 16 (T <= 16 * max_loras, the host's bound; rank <= 64, fp32 x,
+// 64-512 tokens): where the streaming kernel would run, the pipelined kernel with 16-row token
+// tiles and 128-column tiles, 3 stages (B of the next column tile in flight while one is
+// multiplied): the streaming kernel's blocks each load one B tile behind their metadata chain, and
+// with many adapters B is nearly all the bytes. Measured on the H200 (exp/pipe-variants variant 11,
+// results/NOTES.md v22, graph / cold against auto):
+// - LoraExpandPerf.DISABLED_PipeSmall, rank 64: 32 adapters T=64 0.66-0.69 / 0.69-0.73, T=256
+//   0.52-0.59 / 0.63-0.69 (H=8192: 28.9 -> 15.2 us); 8 adapters T=64 0.78-0.93 / 0.78-0.96. Not at
+//   32 tokens per adapter (8 adapters T=256: 0.92-1.35 in a graph) nor T=1024.
+// - DISABLED_PipeSmall16, 16 tokens per adapter (T=512 / 32 adapters, T=256 / 16, T=128 / 8) and 4
+//   (T=128 / 32): rank 64 0.55-0.79 / 0.63-0.81, rank 32 0.72-0.98 / 0.72-0.89.
+// - Bench A/B (bench_lora_ops T=64 / 256 at rank 64 and mixed ranks, 2 interleaved rounds):
+//   lora_expand 0.57-0.82 back to back where taken (H=8192 32 adapters T=256: 30.1 -> 17.3 us),
+//   add_lora_linear 0.65-0.91 (48.0 -> 31.4 us); every other case 0.98-1.02.
+// Below 64 tokens not measured: the streaming kernel stays.
+constexpr int64_t kPipeFewMaxTokensPerLora = 16;
+constexpr int64_t kPipeFewMinTokens = 64;
 constexpr int kPipeFewTiles = 8;
 inline bool pipe_few_tokens(int64_t T, int max_rank, int64_t max_loras) {
-  return max_rank > 16 && max_rank <= 64 && T <= kStreamMaxTokens && T <= kPipeFewMaxTokensPerLora * max_loras;
+  return max_rank > 16 && max_rank <= 64 && T >= kPipeFewMinTokens && T <= kStreamMaxTokens &&
+         T <= kPipeFewMaxTokensPerLora * max_loras;
 }
 
 // Decode kernel (expand_decode.cu, every shape the mma kernels do not take): 4 warps per block;

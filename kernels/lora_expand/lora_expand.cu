@@ -421,6 +421,17 @@ bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
   return a.dtype != DType::f32 && p.y16_ok && expand_b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0;
 }
 
+// The automatic choice's streaming kernel (pdl: right after add_lora_linear's shrink).
+bool auto_stream(const LoraExpandArgs& a, bool pdl) {
+  return pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, a.max_loras)
+             : H::prefer_stream(a.num_tokens, a.max_rank);
+}
+// Where it would take the streaming kernel, the 16-row pipelined tiles instead (H::pipe_few_tokens;
+// their instantiation has an fp32 x).
+bool few_tokens_pipe(const LoraExpandArgs& a, bool pdl) {
+  return auto_stream(a, pdl) && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras);
+}
+
 // The prefill (mma) kernel a call runs, automatic = none (the decode kernel or the GEMV). One rule
 // for dispatch() and expand_prefill_kernel(). An explicit kernel runs at any T (tests and timing of
 // the decode-sized batches).
@@ -434,11 +445,9 @@ detail::ExpandPrefillKernel choose_prefill(const LoraExpandArgs& a, const Expand
   if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
   // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
   // overlap the shrink's tail (H::prefer_stream_after_shrink).
-  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, a.max_loras)
-                                                    : H::prefer_stream(a.num_tokens, a.max_rank));
+  const bool stream = which == K::automatic && auto_stream(a, pdl);
   const bool pipe_ok = which != K::mma_stream && !stream;
-  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras))
-    return K::mma_pipe;  // 16-row pipelined tiles (dispatch)
+  if (stream && few_tokens_pipe(a, pdl)) return K::mma_pipe;  // 16-row pipelined tiles (dispatch)
   return pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream;
 }
 
@@ -449,7 +458,8 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
   if constexpr (!std::is_same_v<T, float>) {
     const K kind = choose_prefill(a, p, which, pdl);
     if constexpr (std::is_same_v<TI, float>) {  // small batches: 32 / 16 token rows per block
-      if (which == K::automatic && kind == K::mma_pipe && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras))
+      // where choose_prefill put them in the streaming kernel's place
+      if (which == K::automatic && kind == K::mma_pipe && few_tokens_pipe(a, pdl))
         return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, pdl);
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
         const int bm = H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());

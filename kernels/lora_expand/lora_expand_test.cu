@@ -216,9 +216,9 @@ TEST(LoraExpand, SmallTokenTiles) {
   run({DType::bf16, DType::f32, 300, {4096}, {16, 5}, true, 0}, K::mma_pipe);      // pipelined, 32-row tiles
 }
 // Few tokens per adapter above rank 16 through the automatic choice: the pipelined kernel with
-// 16-row tiles (expand_heur::pipe_few_tokens): 32 adapters at T = 64 / 255 (at most 8 tokens per
-// adapter; mixed ranks up to 64, one without rank, NaN padding, 3 unequal slices), one slice with a
-// partial last column tile, add_inputs off, ranks 24 and 40 (rank chunks past the true rank), fp16.
+// 16-row tiles (expand_heur::pipe_few_tokens): 32 adapters at T = 64 / 255 / 500 (up to 16 tokens
+// per adapter; mixed ranks up to 64, one without rank, NaN padding, 3 unequal slices), one slice with
+// a partial last column tile, add_inputs off, ranks 24 and 40 (rank chunks past the true rank), fp16.
 TEST(LoraExpand, PipeFewTokens) {
   std::vector<int> r32;
   for (int l = 0; l < 32; ++l) r32.push_back(l == 5 ? 0 : 8 * (1 + (l * 3) % 8));
@@ -228,6 +228,11 @@ TEST(LoraExpand, PipeFewTokens) {
     c.expect = detail::ExpandPrefillKernel::mma_pipe;
     run_case(c);
   }
+  // up to 16 tokens per adapter (the rule's bound): adapters with more than one 16-row tile
+  ExpandCase e{DType::bf16, DType::f32, 500, {2048, 512, 504}, r32, true, 0};
+  e.nan_pad = true;
+  e.expect = detail::ExpandPrefillKernel::mma_pipe;
+  run_case(e);
   ExpandCase d{DType::f16, DType::f32, 100, {1000}, {24, 40, 8, 0, 40, 16, 24, 40, 8, 40, 16, 24, 40}, false, 0};
   d.nan_pad = true;
   d.expect = detail::ExpandPrefillKernel::mma_pipe;
