@@ -163,8 +163,8 @@ TEST(AddLoraLinear, DecodeManyAdapters) {
   run_case({DType::bf16, 64, 4096, {1024, 256}, {16, 8, 0, 16, 16, 5, 12, 1}});
 }
 // Few tokens per adapter above rank 16 (the expand's 16-row pipelined tiles, after the shrink):
-// 32 adapters, T = 64 / 256 / 500 (500: the 64-row tiles after the shrink), mixed ranks with NaN
-// padding, 3 unequal slices.
+// 32 adapters, T = 64 / 256 / 500 (500: ~16 per adapter, some adapters with two 16-row tiles),
+// mixed ranks with NaN padding, 3 unequal slices.
 TEST(AddLoraLinear, FewTokensPerAdapter) {
   std::vector<int> r32;
   for (int l = 0; l < 32; ++l) r32.push_back(l == 7 ? 0 : 8 * (1 + (l * 5) % 8));
