@@ -300,6 +300,8 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   EXPECT_TRUE(expand_heur::pipe_few_tokens(512, 64, 32));
   EXPECT_FALSE(expand_heur::pipe_few_tokens(513, 64, 32));  // 17 per adapter
   EXPECT_FALSE(expand_heur::pipe_few_tokens(600, 64, 80));  // past the streaming kernel's 512 tokens
+  // after the shrink 16 per adapter is not the streaming kernel's, so not its replacement's either
+  EXPECT_FALSE(expand_heur::prefer_stream_after_shrink(512, 64, 32));
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic, true), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(many, K::automatic), K::mma_pipe);
   many.num_tokens = 256;

@@ -107,8 +107,8 @@ inline bool prefer_stream_after_shrink(int64_t T, int max_rank, int64_t max_lora
 // 64-512 tokens): where the streaming kernel would run, the pipelined kernel with 16-row token
 // tiles and 128-column tiles, 3 stages (B of the next column tile in flight while one is
 // multiplied): the streaming kernel's blocks each load one B tile behind their metadata chain, and
-// with many adapters B is nearly all the bytes. Measured on the H200 (exp/pipe-variants variant 11,
-// results/NOTES.md v22, graph / cold against auto):
+// with many adapters B is nearly all the bytes. Measured on the H200 (variant 11 of branch
+// exp/pipe-variants and its perf tests there, results/NOTES.md v22, graph / cold against auto):
 // - LoraExpandPerf.DISABLED_PipeSmall, rank 64: 32 adapters T=64 0.66-0.69 / 0.69-0.73, T=256
 //   0.52-0.59 / 0.63-0.69 (H=8192: 28.9 -> 15.2 us); 8 adapters T=64 0.78-0.93 / 0.78-0.96. Not at
 //   32 tokens per adapter (8 adapters T=256: 0.92-1.35 in a graph) nor T=1024.
