@@ -116,7 +116,9 @@ inline bool prefer_stream_after_shrink(int64_t T, int max_rank, int64_t max_lora
 //   (T=128 / 32): rank 64 0.55-0.79 / 0.63-0.81, rank 32 0.72-0.98 / 0.72-0.89.
 // - Bench A/B (bench_lora_ops T=64 / 256 at rank 64 and mixed ranks, 2 interleaved rounds):
 //   lora_expand 0.57-0.82 back to back where taken (H=8192 32 adapters T=256: 30.1 -> 17.3 us),
-//   add_lora_linear 0.65-0.91 (48.0 -> 31.4 us); every other case 0.98-1.02.
+//   add_lora_linear 0.65-0.91 (48.0 -> 31.4 us); every other case 0.98-1.02. At 12 and 15 per
+//   adapter (T=384 / 480, 32 adapters, axis override, 3 rounds, against the rule's 8-per-adapter
+//   version): lora_expand 0.53-0.67, add_lora_linear 0.69-0.74.
 // Below 64 tokens not measured: the streaming kernel stays.
 constexpr int64_t kPipeFewMaxTokensPerLora = 16;
 constexpr int64_t kPipeFewMinTokens = 64;
