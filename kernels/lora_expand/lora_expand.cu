@@ -421,34 +421,31 @@ bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
   return a.dtype != DType::f32 && p.y16_ok && expand_b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0;
 }
 
-// The automatic choice's streaming kernel (pdl: right after add_lora_linear's shrink).
-bool auto_stream(const LoraExpandArgs& a, bool pdl) {
-  return pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, a.max_loras)
-             : H::prefer_stream(a.num_tokens, a.max_rank);
-}
-// Where it would take the streaming kernel, the 16-row pipelined tiles instead (H::pipe_few_tokens;
-// their instantiation has an fp32 x).
-bool few_tokens_pipe(const LoraExpandArgs& a, bool pdl) {
-  return auto_stream(a, pdl) && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras);
-}
-
 // The prefill (mma) kernel a call runs, automatic = none (the decode kernel or the GEMV). One rule
 // for dispatch() and expand_prefill_kernel(). An explicit kernel runs at any T (tests and timing of
 // the decode-sized batches).
-detail::ExpandPrefillKernel choose_prefill(const LoraExpandArgs& a, const ExpandParams& p,
-                                           detail::ExpandPrefillKernel which, bool pdl) {
+// few: the pipelined kernel with 16-row tiles where the automatic choice would take the streaming
+// kernel (H::pipe_few_tokens; their instantiation has an fp32 x).
+struct PrefillChoice {
+  detail::ExpandPrefillKernel kind;
+  bool few = false;
+};
+PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, detail::ExpandPrefillKernel which,
+                             bool pdl) {
   using K = detail::ExpandPrefillKernel;
-  if (a.dtype == DType::f32 || !H::mma_shape_ok(a.dtype, a.max_rank, expand_b_vec_ok(a))) return K::automatic;
+  if (a.dtype == DType::f32 || !H::mma_shape_ok(a.dtype, a.max_rank, expand_b_vec_ok(a))) return {K::automatic};
   const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank) ||
                    a.num_tokens > H::kDecodeMaxTokens;
-  if (!mma) return K::automatic;
-  if (which == K::mma_staged || !fast_ok(a, p)) return K::mma_staged;
+  if (!mma) return {K::automatic};
+  if (which == K::mma_staged || !fast_ok(a, p)) return {K::mma_staged};
   // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
   // overlap the shrink's tail (H::prefer_stream_after_shrink).
-  const bool stream = which == K::automatic && auto_stream(a, pdl);
+  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, a.max_loras)
+                                                    : H::prefer_stream(a.num_tokens, a.max_rank));
+  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras))
+    return {K::mma_pipe, true};
   const bool pipe_ok = which != K::mma_stream && !stream;
-  if (stream && few_tokens_pipe(a, pdl)) return K::mma_pipe;  // 16-row pipelined tiles (dispatch)
-  return pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream;
+  return {pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream};
 }
 
 template <class T, class TI>
@@ -456,10 +453,10 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
               detail::ExpandPrefillKernel which, bool pdl) {
   using K = detail::ExpandPrefillKernel;
   if constexpr (!std::is_same_v<T, float>) {
-    const K kind = choose_prefill(a, p, which, pdl);
+    const PrefillChoice choice = choose_prefill(a, p, which, pdl);
+    const K kind = choice.kind;
     if constexpr (std::is_same_v<TI, float>) {  // small batches: 32 / 16 token rows per block
-      // where choose_prefill put them in the streaming kernel's place
-      if (which == K::automatic && kind == K::mma_pipe && few_tokens_pipe(a, pdl))
+      if (choice.few)
         return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, pdl);
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
         const int bm = H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());
@@ -563,7 +560,7 @@ void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t strea
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which, bool after_shrink) {
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  return choose_prefill(a, p, which, after_shrink);
+  return choose_prefill(a, p, which, after_shrink).kind;
 }
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
