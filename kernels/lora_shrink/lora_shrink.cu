@@ -284,10 +284,14 @@ __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams
 }
 
 // ---------------------------------------------------------------- fused prefill
-// Zero-fill of y (replaces the memset node where atomics follow). Triggers its PDL dependents at
-// once: they load and multiply while this runs and wait (griddepcontrol.wait) only before their
-// atomics.
+// Zero-fill of y (replaces the memset node where atomics follow). Itself a programmatic dependent
+// of whatever kernel precedes it: its launch overlaps that kernel's tail, and every block waits
+// for it (griddepcontrol.wait) before writing y, which that kernel may still read. Then it triggers
+// its own dependents (the shrink): they read x before their own wait, so they must not start
+// before the kernel that wrote x is done; they load and multiply while this runs and wait only
+// before their atomics.
 __global__ void __launch_bounds__(256) shrink_zero_kernel(float* y, int64_t n) {
+  pdl_wait();
   pdl_launch_dependents();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t i0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1007,8 +1011,7 @@ void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t s
 
 void launch_zero(float* y, int64_t n, cudaStream_t st) {
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n / 4 + 255) / 256, 4 * int64_t(num_sms_cached())));
-  shrink_zero_kernel<<<unsigned(blocks), 256, 0, st>>>(y, n);
-  PUNICA_CUDA_CHECK_LAUNCH();
+  launch_kernel(shrink_zero_kernel, dim3(unsigned(blocks)), dim3(256), 0, st, true, y, n);
 }
 
 void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_t stream) {
