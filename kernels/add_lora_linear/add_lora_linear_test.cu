@@ -38,7 +38,8 @@ struct LinearCase {
 
 void run_case(const LinearCase& c) {
   SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " path=" + std::to_string(int(c.path)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
-               " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add));
+               " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add) + " late=" + std::to_string(c.late) +
+               " twice=" + std::to_string(c.twice));
   const int L = int(c.ranks.size());
   const int S = int(c.widths.size());
   const int R = *std::max_element(c.ranks.begin(), c.ranks.end());
@@ -131,7 +132,9 @@ void run_case(const LinearCase& c) {
     }
   EXPECT_EQ(untouched_wrong, 0u) << "-1 rows / columns outside the slices changed";
   std::string rep;
-  EXPECT_EQ(compare(got, ref, rtol_for(c.dtype), check, rep), 0u) << rep;
+  // twice: two roundings of y (each within rtol of the reference's) in a row; a call that ran
+  // before the other finished would be off by a whole product (|P| ~ rms), far above 2 rtol.
+  EXPECT_EQ(compare(got, ref, (c.twice ? 2.f : 1.f) * rtol_for(c.dtype), check, rep), 0u) << rep;
 }
 
 TEST(AddLoraLinear, Bf16Decode) {
