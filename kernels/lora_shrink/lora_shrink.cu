@@ -51,8 +51,6 @@ __global__ void __launch_bounds__(H::kGemvThreads) shrink_gemv_kernel(ShrinkPara
   const T* A = static_cast<const T*>(p.a[s]) + int64_t(l) * p.R * p.K;
   const T* X = static_cast<const T*>(p.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // Behind the zero kernel (a programmatic dependent): x only once it and the kernel before it are done.
-  if (MODE == OutMode::atomic_f32) pdl_wait();
 
   for (int g = 0; g < ntok; g += TB) {
     int tok[TB];
@@ -286,14 +284,11 @@ __global__ void __launch_bounds__(H::kMmaThreads) shrink_mma_kernel(ShrinkParams
 }
 
 // ---------------------------------------------------------------- fused prefill
-// Zero-fill of y (replaces the memset node where atomics follow). Itself a programmatic dependent
-// of whatever kernel precedes it: its launch overlaps that kernel's tail, and every block waits
-// for it (griddepcontrol.wait) before writing y, which that kernel may still read. It triggers its
-// own dependent (the shrink) at once, so that the shrink's launch and metadata reads overlap the
-// wait too; the shrink waits for this grid (and so for the kernel before it) before reading x.
+// Zero-fill of y (replaces the memset node where atomics follow). Triggers its PDL dependents at
+// once: they load and multiply while this runs and wait (griddepcontrol.wait) only before their
+// atomics.
 __global__ void __launch_bounds__(256) shrink_zero_kernel(float* y, int64_t n) {
   pdl_launch_dependents();
-  pdl_wait();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t i0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if ((reinterpret_cast<uintptr_t>(y) & 15u) == 0) {
@@ -815,6 +810,9 @@ template <class T, int NGW, int ST, int BM, bool WK = false, int WGN = 0>
 __global__ void __launch_bounds__(H::kFusedThreads, WGN > 64 ? 1 : (BM == 64 && NGW == 1 && !WK && WGN == 0) ? 3 : 2)
     shrink_fused_kernel(ShrinkParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
+  // add_lora_linear's expand may start (programmatic dependent) once every block of this grid has
+  // started; it waits for this grid's completion before reading y.
+  pdl_launch_dependents();
   const int64_t ktiles = (p.K + 63) / 64;
   // One call site of fused_tile (inlined once: two copies cost 40+ registers): the split-K grid
   // runs the loop once, a stream-K block once per tile its range touches.
@@ -835,13 +833,6 @@ __global__ void __launch_bounds__(H::kFusedThreads, WGN > 64 ? 1 : (BM == 64 && 
     w = W * blockIdx.x / G;
     w1 = W * (blockIdx.x + 1) / G;
   }
-  // Behind the zero kernel (split-K / stream-K: a programmatic dependent that may start while the
-  // zero kernel still waits for the kernel before it): x, A and y only after that chain is done.
-  // Then add_lora_linear's expand may start (its programmatic dependent) once every block of this
-  // grid got here: it reads y and B before its own wait, so the kernel before the zero kernel
-  // must be done by then. A no-op pair for an ordinary launch.
-  pdl_wait();
-  pdl_launch_dependents();
   while (w < w1) {
     TileRef tref;
     int64_t k0, k1;
@@ -1016,7 +1007,8 @@ void launch_fused(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t s
 
 void launch_zero(float* y, int64_t n, cudaStream_t st) {
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n / 4 + 255) / 256, 4 * int64_t(num_sms_cached())));
-  launch_kernel(shrink_zero_kernel, dim3(unsigned(blocks)), dim3(256), 0, st, true, y, n);
+  shrink_zero_kernel<<<unsigned(blocks), 256, 0, st>>>(y, n);
+  PUNICA_CUDA_CHECK_LAUNCH();
 }
 
 void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_t stream) {
