@@ -102,8 +102,12 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     detail::launch_lora_expand_after_shrink(ea, stream);
   } else {
     // Decode-sized batch through the mma expand: B read once per adapter instead of once per
-    // token. An ordinary launch: the small-batch shrink may itself be a programmatic dependent of
-    // the kernel before it, so the expand must not read y before the whole chain is done.
+    // token. The small-batch shrink may itself be a programmatic dependent of the kernel before
+    // it, so the expand must not read y before the whole chain is done: it is lora_expand's
+    // standalone launch, a programmatic dependent that reads only the metadata and the ranks
+    // before its griddepcontrol.wait (for the shrink's completion). Every shrink block with tokens
+    // waits for the kernel before it first, and the expand has work only where the shrink had, so
+    // that kernel is done too before the expand touches y.
     // Where the automatic rule took this path the expand's own small-batch choice applies (the
     // streaming kernel above rank 16); an explicit `tiles` at other sizes forces the mma kernel.
     detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);

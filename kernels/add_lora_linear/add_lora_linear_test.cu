@@ -32,11 +32,14 @@ struct LinearCase {
   float scale = 0.5f;
   uint64_t seed = 5;
   detail::LinearPath path = detail::LinearPath::automatic;
+  bool late = false;  // x and y written by the kernel directly before the op (testutil::late_copy)
+  bool twice = false;  // the op twice in a row on one stream (the second adds its product again)
 };
 
 void run_case(const LinearCase& c) {
   SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " path=" + std::to_string(int(c.path)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
-               " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add));
+               " S=" + std::to_string(c.widths.size()) + " add=" + std::to_string(c.add) + " late=" + std::to_string(c.late) +
+               " twice=" + std::to_string(c.twice));
   const int L = int(c.ranks.size());
   const int S = int(c.widths.size());
   const int R = *std::max_element(c.ranks.begin(), c.ranks.end());
@@ -63,12 +66,14 @@ void run_case(const LinearCase& c) {
   std::vector<int32_t> ranks32(c.ranks.begin(), c.ranks.end());
   DeviceBuffer dranks(ranks32.size() * 4);
   dranks.upload(ranks32.data(), ranks32.size() * 4);
-  DeviceBuffer dx = to_device(x);
+  // late: x and y hold other random values until the kernel before the op copies the real ones in.
+  DeviceBuffer dx = to_device(c.late ? random_tensor(c.dtype, x.n, key + 101) : x);
   std::vector<DeviceBuffer> dA, dB;
   for (auto& a : A) dA.push_back(to_device(a));
   for (auto& b : B) dB.push_back(to_device(b));
   HostTensor y0 = random_tensor(c.dtype, std::size_t(c.T) * ldy, key + 5);
-  Guarded gy(y0);
+  Guarded gy(c.late ? random_tensor(c.dtype, y0.n, key + 105) : y0);
+  DeviceBuffer dx_real = to_device(x), dy_real = to_device(y0);
   DeviceBuffer ws(std::max<std::size_t>(add_lora_linear_workspace_bytes(c.T, S, R), 16));
   PUNICA_CUDA_CHECK(cudaMemset(ws.get(), 0xff, ws.bytes()));  // NaN garbage: must not leak
 
@@ -93,7 +98,11 @@ void run_case(const LinearCase& c) {
   a.y_row_stride = ldy;
   a.add_inputs = c.add;
   a.workspace = ws.get();
-  detail::launch_add_lora_linear_with(a, c.path, nullptr);
+  TestStream ts;
+  const cudaStream_t st = c.late || c.twice ? ts.s : nullptr;
+  if (c.late) late_copy({dx_real.get(), dx.get(), x.bytes.size()}, {dy_real.get(), gy.ptr(), y0.bytes.size()}, st);
+  detail::launch_add_lora_linear_with(a, c.path, st);
+  if (c.twice) detail::launch_add_lora_linear_with(a, c.path, st);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -111,6 +120,7 @@ void run_case(const LinearCase& c) {
   ref::RefOptions o;
   o.round_intermediate = true;
   ref::add_lora_linear(h, o);
+  if (c.twice) ref::add_lora_linear(h, o);
 
   std::vector<uint8_t> check(y0.n, 0);
   std::size_t untouched_wrong = 0;
@@ -122,7 +132,9 @@ void run_case(const LinearCase& c) {
     }
   EXPECT_EQ(untouched_wrong, 0u) << "-1 rows / columns outside the slices changed";
   std::string rep;
-  EXPECT_EQ(compare(got, ref, rtol_for(c.dtype), check, rep), 0u) << rep;
+  // twice: two roundings of y (each within rtol of the reference's) in a row; a call that ran
+  // before the other finished would be off by a whole product (|P| ~ rms), far above 2 rtol.
+  EXPECT_EQ(compare(got, ref, (c.twice ? 2.f : 1.f) * rtol_for(c.dtype), check, rep), 0u) << rep;
 }
 
 TEST(AddLoraLinear, Bf16Decode) {
@@ -306,6 +318,35 @@ void perf_shape(const PerfShape& p) {
 
 // The Llama-3-8B prefill layer shapes of issue 4 (T=8192, r=16, 8 adapters, 25% of tokens without
 // one): qkv at tp 1 and 2, gate_up at tp 2.
+// Programmatic dependent launch: x and y are written by the kernel directly before the op, which
+// must wait for it before reading them; and the op twice in a row, the second call's kernels
+// launching behind the first's (its y read-modify-write must see the first one's writes). Every
+// path: decode, split-K partials, the small-batch chains, prefill (split-K / stream-K behind the
+// zero kernel), 3 slices.
+TEST(AddLoraLinear, LateInputs) {
+  for (int T : {1, 16, 64, 255, 2048, 8192})
+    for (bool twice : {false, true}) {
+      LinearCase c{DType::bf16, T, 4096, {1024}, {16, 8, 0, 16}};
+      c.late = !twice;
+      c.twice = twice;
+      run_case(c);
+      LinearCase q{DType::bf16, T, 2048, {1024, 256, 256}, {64, 8, 0, 40}};
+      q.late = !twice;
+      q.twice = twice;
+      run_case(q);
+    }
+  using P = detail::LinearPath;
+  for (P p : {P::decode, P::partials, P::tiles}) {
+    LinearCase c{DType::bf16, 16, 4096, {1024}, {16, 8, 0, 16}};
+    c.path = p;
+    c.late = true;
+    run_case(c);
+  }
+  LinearCase m{DType::bf16, 255, 4096, {1024}, std::vector<int>(32, 64)};
+  m.late = true;
+  run_case(m);
+}
+
 TEST(LoraPerf, DISABLED_LayerShapes) {
   perf_shape({8192, 4096, 16, 8, {2048, 512, 512}, false, 25});
   perf_shape({8192, 4096, 16, 8, {4096, 1024, 1024}, false, 25});

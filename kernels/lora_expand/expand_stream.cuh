@@ -28,6 +28,11 @@ struct Params : ExpandCore {  // x: [S, T, R] of TI
   // A[l][x_ids[t]] (add_lora_embedding; ids outside [0, x_vocab) read as zeros). One slice.
   const int32_t* x_ids;
   int64_t x_vocab;
+  // Launched as a programmatic dependent of whatever kernel precedes it (a standalone lora_expand):
+  // every block reads only the metadata and the ranks before its griddepcontrol.wait (the
+  // precondition of shrink_decode.h), and waits before it returns, so that this grid's completion
+  // implies its predecessor's. 0: an ordinary launch, or add_lora_linear's expand behind its shrink.
+  int wait_first;
 };
 
 template <class T> struct Pack2;
@@ -178,13 +183,15 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
   T* const sb = reinterpret_cast<T*>(es_smem + Lay::y_bytes + Lay::x_bytes);
   __shared__ int stok[BM];
 
-  if (*p.meta.no_lora_flag) return;
+  pdl_launch_dependents();  // the next kernel may launch; it waits for this grid before reading y
   const int s = blockIdx.z;
   const int64_t Ns = p.n[s];
   const int64_t n0 = int64_t(blockIdx.x) * BN;
-  if (n0 >= Ns) return;
   TileRef tr;
-  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr)) return;
+  if (*p.meta.no_lora_flag || n0 >= Ns || !find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr)) {
+    if (p.wait_first) pdl_wait();
+    return;
+  }
   const int l = tr.slot;
   const int r = p.ranks[l];
   const int rows = tr.rows(BM);
@@ -195,6 +202,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
   const TI* X = static_cast<const TI*>(p.x) + int64_t(s) * p.T * p.R;
   T* Y = static_cast<T*>(p.y) + p.col[s] + n0;
   for (int i = tid; i < BM; i += NT) stok[i] = i < rows ? p.meta.sorted_token_ids[start + i] : -1;
+  if (p.wait_first) pdl_wait();  // x, B and y only after the kernel before this one is done
   __syncthreads();
 
   // x / B of rank chunk [k0, k0 + BK): 16-byte cp.async, zero-filled past the true rank.
@@ -305,10 +313,14 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
   T* const sx = reinterpret_cast<T*>(ep_smem + Lay::x_off);                      // [BM][KP]
   __shared__ int stok[BM];
 
+  pdl_launch_dependents();  // the next kernel may launch; it waits for this grid before reading y
   // blockIdx.x enumerates groups of ntb column tiles, slice after slice.
   int s = 0, grp = blockIdx.x, nct = 0;
   for (;; ++s) {
-    if (s >= p.S) return;
+    if (s >= p.S) {
+      if (p.wait_first) pdl_wait();
+      return;
+    }
     nct = int((p.n[s] + BN - 1) / BN);
     const int ng = (nct + ntb - 1) / ntb;
     if (grp < ng) break;
@@ -319,13 +331,17 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
   const int jn = min(ntb, nct - j0);
   TileRef tr;
   const int flag = *p.meta.no_lora_flag;  // independent load, in flight with the tile lookup
-  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr) || flag) return;
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr) || flag) {
+    if (p.wait_first) pdl_wait();
+    return;
+  }
   const int l = tr.slot;
   const int rows = tr.rows(BM);
   const int start = tr.first(BM);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   for (int i = tid; i < BM; i += NT) stok[i] = i < rows ? p.meta.sorted_token_ids[start + i] : -1;
   const int r = p.ranks[l];
+  if (p.wait_first) pdl_wait();  // y, B and x only after the kernel before this one is done
   __syncthreads();
   const T* Bl = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
   T* const Ys = static_cast<T*>(p.y) + p.col[s];

@@ -28,6 +28,9 @@ struct LoraExpandArgs {
   bool add_inputs = true;
 };
 
+// Some of its kernels are programmatic dependents of the kernel before them on `stream`: the
+// metadata and lora_ranks (and lora_b) must not be written by that kernel (README, "Programmatic
+// dependent launch"); x and y may be.
 void launch_lora_expand(const LoraExpandArgs& args, cudaStream_t stream);
 
 }  // namespace punica::kernels

@@ -31,6 +31,7 @@ struct ExpandCase {
   detail::ExpandPrefillKernel expect = detail::ExpandPrefillKernel::automatic;  // kernel it must reach
   bool decode_kernel = false;  // call the decode kernel directly (whatever the automatic choice)
   int expect_wide = -1;        // 0 / 1: expand_heur::decode_wide must say so for the case
+  bool late = false;           // x and y written by the kernel directly before the op (testutil::late_copy)
 };
 
 void run_case(const ExpandCase& c) {
@@ -63,11 +64,13 @@ void run_case(const ExpandCase& c) {
   std::vector<int32_t> ranks32(c.ranks.begin(), c.ranks.end());
   DeviceBuffer dranks(ranks32.size() * 4);
   dranks.upload(ranks32.data(), ranks32.size() * 4);
-  DeviceBuffer dx = to_device(x);
+  // late: x and y hold other random values until the kernel before the op copies the real ones in.
+  DeviceBuffer dx = to_device(c.late ? random_tensor(c.in, x.n, key + 101) : x);
   std::vector<DeviceBuffer> dB;
   for (auto& b : B) dB.push_back(to_device(b));
   HostTensor y0 = random_tensor(c.dtype, std::size_t(c.T) * ldy, key + 5);
-  Guarded gy(y0);
+  Guarded gy(c.late ? random_tensor(c.dtype, y0.n, key + 105) : y0);
+  DeviceBuffer dx_real = to_device(x), dy_real = to_device(y0);
 
   LoraExpandArgs a;
   a.in_dtype = c.in;
@@ -88,8 +91,11 @@ void run_case(const ExpandCase& c) {
     EXPECT_EQ(int(detail::expand_prefill_kernel(a, c.kernel)), int(c.expect)) << "the case does not run the kernel it tests";
   if (c.expect_wide >= 0)
     EXPECT_EQ(expand_heur::decode_wide(c.T, a.slice_width, S, R), c.expect_wide == 1) << "the case does not take the block width it tests";
-  if (c.decode_kernel) detail::launch_expand_decode(a, nullptr);
-  else detail::launch_lora_expand_with(a, c.kernel, nullptr);
+  TestStream ts;
+  const cudaStream_t st = c.late ? ts.s : nullptr;
+  if (c.late) late_copy({dx_real.get(), dx.get(), x.bytes.size()}, {dy_real.get(), gy.ptr(), y0.bytes.size()}, st);
+  if (c.decode_kernel) detail::launch_expand_decode(a, st);
+  else detail::launch_lora_expand_with(a, c.kernel, st);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -334,6 +340,33 @@ void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct)
 }
 
 // The layer and bench prefill shapes alone (a short run for A/Bs of the prefill kernels).
+// Programmatic dependent launch: x and y are written by the kernel directly before the op, which
+// must wait for it before reading them (every path: decode kernels, small-batch streaming and
+// pipelined tiles, the prefill pipelined kernel, the staged kernel, 3 slices).
+TEST(LoraExpand, LateInputs) {
+  using K = detail::ExpandPrefillKernel;
+  auto late = [](ExpandCase c, K kernel = K::automatic, K expect = K::automatic) {
+    c.late = true;
+    c.kernel = kernel;
+    c.expect = expect;
+    run_case(c);
+  };
+  for (int T : {1, 16, 64, 255, 2048}) {
+    late({DType::bf16, DType::f32, T, {1024}, {16, 8, 0, 16}, true, 0});
+    late({DType::bf16, DType::f32, T, {1024}, {64, 8, 0, 40}, true, 0});
+    late({DType::bf16, DType::f32, T, {512, 128, 136}, {16, 0, 16}, true, 24});
+  }
+  late({DType::bf16, DType::bf16, 700, {1024}, {16, 8, 0, 16}, true, 0});
+  late({DType::bf16, DType::f32, 300, {1024}, {128, 8}, true, 0});  // the streaming kernel above rank 64
+  late({DType::bf16, DType::f32, 300, {1024}, {16, 8}, true, 0}, K::mma_staged, K::mma_staged);
+  late({DType::bf16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_stream, K::mma_stream);
+  late({DType::f16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_pipe, K::mma_pipe);
+  late({DType::bf16, DType::f32, 255, {1024}, std::vector<int>(32, 64), true, 0}, K::automatic, K::mma_pipe);
+  ExpandCase d{DType::bf16, DType::f32, 64, {1024}, {16, 8, 0, 16}, true, 0};
+  d.decode_kernel = true;
+  late(d);
+}
+
 TEST(LoraExpandPerf, DISABLED_PrefillShapes) {
   perf_expand(8192, {2048, 512, 512}, 16, 8, 25);   // Llama-3-8B qkv layer, tp 2
   perf_expand(8192, {4096, 1024, 1024}, 16, 8, 25); // tp 1

@@ -27,6 +27,9 @@ struct LoraShrinkArgs {
   void* y = nullptr;              // [S, T, max_rank] contiguous
 };
 
+// Some of its kernels are programmatic dependents of the kernel before them on `stream`: the
+// metadata and lora_ranks (and lora_b) must not be written by that kernel (README, "Programmatic
+// dependent launch"); x and y may be.
 void launch_lora_shrink(const LoraShrinkArgs& args, cudaStream_t stream);
 
 }  // namespace punica::kernels

@@ -30,6 +30,7 @@ struct ShrinkCase {
   float scale = 0.5f;
   uint64_t seed = 1;
   detail::ShrinkKernel kernel = detail::ShrinkKernel::automatic;
+  bool late = false;  // x written by the kernel directly before the op (testutil::late_copy)
 };
 
 void run_case(const ShrinkCase& c) {
@@ -54,7 +55,9 @@ void run_case(const ShrinkCase& c) {
   std::vector<int32_t> ranks32(c.ranks.begin(), c.ranks.end());
   DeviceBuffer dranks(ranks32.size() * 4);
   dranks.upload(ranks32.data(), ranks32.size() * 4);
-  DeviceBuffer dx = to_device(x);
+  // late: x holds other random values until the kernel before the op copies the real ones in.
+  DeviceBuffer dx = to_device(c.late ? random_tensor(c.dtype, x.n, key + 101) : x);
+  DeviceBuffer dx_real = to_device(x);
   std::vector<DeviceBuffer> dA;
   for (auto& a : A) dA.push_back(to_device(a));
   HostTensor y0(c.out, std::size_t(c.S) * c.T * R);
@@ -76,7 +79,10 @@ void run_case(const ShrinkCase& c) {
   a.meta = dm.view();
   a.scale = c.scale;
   a.y = gy.ptr();
-  detail::launch_lora_shrink_with(a, c.kernel, nullptr);
+  TestStream ts;
+  const cudaStream_t st = c.late ? ts.s : nullptr;
+  if (c.late) late_copy({dx_real.get(), dx.get(), x.bytes.size()}, {nullptr, nullptr, 0}, st);
+  detail::launch_lora_shrink_with(a, c.kernel, st);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -394,6 +400,28 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
   for (const auto& k : ks)
     perf_line(prefix, k.second, floor_us, [&](cudaStream_t st) { detail::launch_lora_shrink_with(a, k.first, st); },
               flush);
+}
+
+// Programmatic dependent launch: x is written by the kernel directly before the op, which must not
+// read it before that kernel is done (every path: decode kernel, atomic GEMV behind its zero
+// kernel, cluster tiles, the fused tiles with split-K / stream-K behind the zero kernel, warp-k,
+// wgmma, and the legacy memset path).
+TEST(LoraShrink, LateInputs) {
+  using K = detail::ShrinkKernel;
+  auto late = [](ShrinkCase c, K kernel = K::automatic) {
+    c.late = true;
+    c.kernel = kernel;
+    run_case(c);
+  };
+  for (int T : {1, 16, 64, 255, 2048, 8192}) {
+    late({DType::bf16, DType::f32, T, 4096, 1, {16, 8, 0, 16}});
+    late({DType::bf16, DType::f32, T, 4096, 3, {64, 8, 0, 40}});
+    late({DType::bf16, DType::f32, T, 2048, 1, std::vector<int>(32, 64)});
+  }
+  for (K k : {K::legacy, K::fused, K::fused_sk, K::fused_wk, K::fused_wg, K::cluster, K::no_cluster})
+    late({DType::bf16, DType::f32, 1000, 4096, 3, {16, 8, 0, 16}}, k);
+  late({DType::f16, DType::f32, 3000, 2049, 1, {16, 8}});
+  late({DType::bf16, DType::bf16, 300, 4096, 1, {16, 8}});
 }
 
 TEST(LoraShrinkPerf, DISABLED_Bf16) {

@@ -282,4 +282,38 @@ void perf_line(const std::string& prefix, const char* label, double floor_us, F&
               floor_us, cold, 100.0 * floor_us / cold, graph, 100.0 * floor_us / graph);
 }
 
+// Programmatic-dependent-launch ordering (the LateInputs tests). late_copy waits spin_us on the
+// device clock and only then copies each (src -> dst) pair; launched on `st` directly before the
+// op under test, with dst holding other values until then. An op whose kernels read x or y before
+// their griddepcontrol.wait (or that start before the kernel that wrote x is done) computes with
+// the old values, and the comparison with the reference fails.
+struct LateCopy {
+  const void* src;
+  void* dst;
+  std::size_t bytes;
+};
+static __global__ void late_copy_kernel(LateCopy a, LateCopy b, unsigned long long spin_ns) {
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < spin_ns);
+  const std::size_t i0 = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x, step = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = i0; i < a.bytes; i += step) static_cast<uint8_t*>(a.dst)[i] = static_cast<const uint8_t*>(a.src)[i];
+  for (std::size_t i = i0; i < b.bytes; i += step) static_cast<uint8_t*>(b.dst)[i] = static_cast<const uint8_t*>(b.src)[i];
+}
+inline void late_copy(LateCopy a, LateCopy b, cudaStream_t st, double spin_us = 200.0) {
+  late_copy_kernel<<<264, 256, 0, st>>>(a, b, static_cast<unsigned long long>(spin_us * 1e3));
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+// A non-blocking stream for one test case (the ops' programmatic launches as vLLM makes them).
+struct TestStream {
+  cudaStream_t s = nullptr;
+  TestStream() { PUNICA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~TestStream() { cudaStreamDestroy(s); }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+};
+
 }  // namespace punica::kernels::testutil
