@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Put a standing check's output under results/ (never editing a result file).
 
-    scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots]
+    scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots] [--keep m]
 
 DIRs hold the tarballs of `scripts/standing_check.sh` (parts a and b): q.tgz, f.tgz, l.tgz, l8.tgz,
 m.tgz, all five required. With --layers they hold its part x instead (x70.tgz, x8.tgz: the layer
@@ -11,6 +11,8 @@ results/h200 and results/h200x2 go to results/history/<their sha>/ (JSON gzipped
 time stamp, so that `gunzip` restores them byte for byte; logs and plots beside the JSON they belong
 to), the new ones take their places, and the plots are regenerated from the new bench file. The
 README's and NOTES' text is left to the author. Exit 2 on bad input, nothing moved.
+--keep m installs without part b's microbench (m.tgz may be absent or failed): the microbench files
+in results/h200 stay, at the sha they name, and the README must say so.
 """
 import argparse
 import functools
@@ -144,17 +146,22 @@ def main():
     ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results"))
     ap.add_argument("--dry-run", action="store_true", help="check and say what would move; move nothing")
     ap.add_argument("--no-plots", action="store_true", help="leave results/h200/plots to scripts/plot_results.py")
+    ap.add_argument("--keep", action="append", default=[], choices=["m"],
+                    help="leave this part's files in results/ as they are (m: the microbench, e.g. after its step "
+                         "ran past its cap); its tarball is then neither needed nor read")
     a = ap.parse_args()
+    if a.layers and a.keep:
+        die("--keep applies to parts a / b, not to --layers")
     res = os.path.abspath(a.results)
     if not os.path.isdir(os.path.join(res, "h200")):
         die(f"{res}: no h200/ folder (give --results)")
 
-    parts = LAYER_PARTS if a.layers else PARTS
+    parts = LAYER_PARTS if a.layers else [p for p in PARTS if p not in a.keep]
     tarballs = {}
     for d in a.dirs:
         for p in parts:
             t = os.path.join(d, p + ".tgz")
-            if os.path.isfile(t):
+            if os.path.isfile(t) and p in parts:
                 if p in tarballs:
                     die(f"{p}.tgz found twice: {tarballs[p]} and {t}")
                 tarballs[p] = t
@@ -178,7 +185,9 @@ def main():
             n = layer_np(tmp)
             places, companion, grid, gdir = layer_places(n, *LAYER_PARTS), layer_companion(n), [], None
         else:
-            places, companion = PLACES, COMPANION
+            kept = {dst for p, _, dst in PLACES if p in a.keep}
+            places = [pl for pl in PLACES if pl[2] not in kept]
+            companion = {k: v for k, v in COMPANION.items() if k not in kept}
             grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
             if not os.path.isfile(grid_tgz):
                 die(f"{tarballs['f']}: no check_vllm_grid.tgz")

@@ -142,6 +142,35 @@ def check_layers_mode(t, res):
     check(os.path.isfile(p) and second in open(p).read(), "layers re-install: the second run's file is not in place")
 
 
+def check_keep_micro(t):
+    """--keep m: a failed (or absent) microbench part leaves the microbench files where they are; the
+    rest installs as usual. Without --keep the failed part is refused."""
+    old, new = "eeeeeeeeeeee", "ffffffffffff"
+    res = os.path.join(t, "results_keep")
+    make_results(res, old)
+    d = os.path.join(t, "keep_m")
+    make_parts(d, new, bad_step_part="m")
+    before = tree_digest(res)
+    r = run([d, "--results", res, "--no-plots"])
+    check(r.returncode == 2 and "m.tgz" in r.stderr, f"failed microbench without --keep: refusal expected ({r.stderr.strip()})")
+    check(tree_digest(res) == before, "failed microbench without --keep: results/ changed")
+    r = run([d, "--results", res, "--no-plots", "--keep", "m"])
+    check(r.returncode == 0, f"--keep m: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    p = os.path.join(res, "h200/microbench_h200.json")
+    check(os.path.isfile(p) and old in open(p).read(), "--keep m: the microbench file must stay at its old sha")
+    check(open(os.path.join(res, "h200/microbench_h200_stderr.txt"), "rb").read() == b"old stderr\n",
+          "--keep m: the microbench stderr must stay")
+    check(not os.path.exists(os.path.join(res, "history", old, "microbench_h200.json.gz")),
+          "--keep m: the kept microbench must not go to history")
+    p = os.path.join(res, "h200/bench_lora_ops.json")
+    check(os.path.isfile(p) and new in open(p).read(), "--keep m: the bench file must be the new one")
+    check(os.path.isfile(os.path.join(res, "history", old, "bench_lora_ops.json.gz")), "--keep m: the old bench file to history")
+    d2 = os.path.join(t, "keep_m_absent")
+    make_parts(d2, "abababababab", skip=("m",))
+    r = run([d2, "--results", res, "--no-plots", "--keep", "m"])
+    check(r.returncode == 0, f"--keep m without m.tgz: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+
+
 def make_results(r, sha):
     """A results/ tree at `sha`, as install_results.py leaves one."""
     files = {
@@ -251,6 +280,7 @@ def main():
         check(r.returncode == 2 and "already is at" in r.stderr, f"re-install: refusal expected ({r.returncode}, {r.stderr.strip()})")
         check(tree_digest(res) == after, "re-install: results/ changed")
 
+        check_keep_micro(t)
         check_layers_mode(t, res)
 
     if failures:
