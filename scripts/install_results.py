@@ -5,8 +5,9 @@
 
 DIRs hold the tarballs of `scripts/standing_check.sh` (parts a and b): q.tgz, f.tgz, l.tgz, l8.tgz,
 m.tgz, all five required. With --layers they hold its part x instead (x70.tgz, x8.tgz: the layer
-scenarios under `mpirun -np N` on an N-GPU machine), installed into results/h200xN/. Before anything moves it checks that every result JSON in them names one
-git sha, clean, and that every step of every profile exited 0 (logs/steps.txt). Then the files now in
+scenarios under `mpirun -np N` on an N-GPU machine), installed into results/h200xN/. Before
+anything moves it checks that every result JSON in them names one git sha, clean, and that every
+step of every profile exited 0 (logs/steps.txt). Then the files now in
 results/h200 and results/h200x2 go to results/history/<their sha>/ (JSON gzipped, without name or
 time stamp, so that `gunzip` restores them byte for byte; logs and plots beside the JSON they belong
 to), the new ones take their places, and the plots are regenerated from the new bench file. The
@@ -161,7 +162,7 @@ def main():
     for d in a.dirs:
         for p in parts:
             t = os.path.join(d, p + ".tgz")
-            if os.path.isfile(t) and p in parts:
+            if os.path.isfile(t):
                 if p in tarballs:
                     die(f"{p}.tgz found twice: {tarballs[p]} and {t}")
                 tarballs[p] = t
@@ -185,8 +186,8 @@ def main():
             n = layer_np(tmp)
             places, companion, grid, gdir = layer_places(n, *LAYER_PARTS), layer_companion(n), [], None
         else:
+            places = [pl for pl in PLACES if pl[0] in parts]
             kept = {dst for p, _, dst in PLACES if p in a.keep}
-            places = [pl for pl in PLACES if pl[2] not in kept]
             companion = {k: v for k, v in COMPANION.items() if k not in kept}
             grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
             if not os.path.isfile(grid_tgz):

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The standing check on the GPU machine (2×H200 host), in the two calls it needs (each under the
-# device tool's 10 minutes; 570 s and 294 s in NOTES v23, the device tool's wall_s; part a
-# now leaves ~30 s of the 600), with the
-# binaries of scripts/stage_device.sh (carry [".carry"]). Each part leaves one tarball per profile
-# in OUTDIR, at most 3 files a call:
+# device tool's 10 minutes; 570 s and 294 s in NOTES v23, the device tool's wall_s: part a now
+# leaves ~30 s of the 600), with the binaries of scripts/stage_device.sh (carry [".carry"]). Each
+# part leaves one tarball per profile in OUTDIR, at most 3 files a call:
 #   scripts/standing_check.sh OUTDIR a   quick + bench (q.tgz), full (f.tgz), layers with the
 #                                        Llama-3-70B filter (l.tgz)
 #   scripts/standing_check.sh OUTDIR b   layers with the Llama-3-8B filter (l8.tgz; its layers_ci

@@ -67,13 +67,14 @@ void run_case(const LinearCase& c) {
   DeviceBuffer dranks(ranks32.size() * 4);
   dranks.upload(ranks32.data(), ranks32.size() * 4);
   // late: x and y hold other random values until the kernel before the op copies the real ones in.
-  DeviceBuffer dx = to_device(c.late ? random_tensor(c.dtype, x.n, key + 101) : x);
+  HostTensor x_other, y_other;
+  DeviceBuffer dx = to_device(before_late(x, c.late, key + 101, x_other));
   std::vector<DeviceBuffer> dA, dB;
   for (auto& a : A) dA.push_back(to_device(a));
   for (auto& b : B) dB.push_back(to_device(b));
   HostTensor y0 = random_tensor(c.dtype, std::size_t(c.T) * ldy, key + 5);
-  Guarded gy(c.late ? random_tensor(c.dtype, y0.n, key + 105) : y0);
-  DeviceBuffer dx_real = to_device(x), dy_real = to_device(y0);
+  Guarded gy(before_late(y0, c.late, key + 105, y_other));
+  DeviceBuffer dx_real = c.late ? to_device(x) : DeviceBuffer(), dy_real = c.late ? to_device(y0) : DeviceBuffer();
   DeviceBuffer ws(std::max<std::size_t>(add_lora_linear_workspace_bytes(c.T, S, R), 16));
   PUNICA_CUDA_CHECK(cudaMemset(ws.get(), 0xff, ws.bytes()));  // NaN garbage: must not leak
 
@@ -316,8 +317,6 @@ void perf_shape(const PerfShape& p) {
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// The Llama-3-8B prefill layer shapes of issue 4 (T=8192, r=16, 8 adapters, 25% of tokens without
-// one): qkv at tp 1 and 2, gate_up at tp 2.
 // Programmatic dependent launch: x and y are written by the kernel directly before the op, which
 // must wait for it before reading them; and the op twice in a row, the second call's kernels
 // launching behind the first's (its y read-modify-write must see the first one's writes). Every
@@ -347,6 +346,8 @@ TEST(AddLoraLinear, LateInputs) {
   run_case(m);
 }
 
+// The Llama-3-8B prefill layer shapes of issue 4 (T=8192, r=16, 8 adapters, 25% of tokens without
+// one): qkv at tp 1 and 2, gate_up at tp 2.
 TEST(LoraPerf, DISABLED_LayerShapes) {
   perf_shape({8192, 4096, 16, 8, {2048, 512, 512}, false, 25});
   perf_shape({8192, 4096, 16, 8, {4096, 1024, 1024}, false, 25});

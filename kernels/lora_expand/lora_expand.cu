@@ -367,11 +367,19 @@ int64_t column_tiles(const ExpandParams& e, int bn) {
   return n;
 }
 
+// How a pipelined / streaming expand kernel is launched:
+// - ordinary: an ordinary launch (add_lora_embedding / add_lora_logits);
+// - after_shrink: add_lora_linear's expand, a programmatic dependent of its shrink that loads y and
+//   B before its griddepcontrol.wait and x after it (the streaming kernel: an ordinary launch);
+// - standalone: a lora_expand call, a programmatic dependent of whatever kernel precedes it that
+//   waits before any x, B or y load; only its launch and the metadata chain overlap that kernel.
+enum class ExpandLaunch { ordinary, after_shrink, standalone };
+
 // Pipelined kernel (max_rank <= RK): groups of ntb column tiles of one slice per block, ntb at most
 // max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block).
 template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
 void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
-                 int64_t x_vocab = 0, bool pdl = false, bool wait_first = false) {
+                 int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary) {
   using Lay = expand_stream::PipeLayout<BM, BN, RK, NS>;
   auto* k = expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>;
   static std::atomic<uint64_t> attr{0};
@@ -396,18 +404,14 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int3
   expand_stream::Params sp = stream_params(e);
   sp.x_ids = x_ids;
   sp.x_vocab = x_vocab;
-  sp.wait_first = wait_first && !pdl ? 1 : 0;
-  // pdl: programmatic dependent of add_lora_linear's shrink, which it waits for
-  // (griddepcontrol.wait) only before reading x; the y and B tiles are already in flight.
-  // wait_first (a standalone lora_expand): a programmatic dependent of whatever kernel precedes it
-  // that waits before any y, B or x load; only its launch and the metadata chain overlap that kernel.
-  launch_kernel(k, dim3(unsigned(gx), unsigned(gy)), dim3(WM * WN * 32), Lay::total, st, pdl || wait_first, sp,
-                ntb);
+  sp.wait_first = how == ExpandLaunch::standalone ? 1 : 0;
+  launch_kernel(k, dim3(unsigned(gx), unsigned(gy)), dim3(WM * WN * 32), Lay::total, st, how != ExpandLaunch::ordinary,
+                sp, ntb);
 }
 
 // Streaming kernel (any rank, rank chunks of BK): one BM x BN tile per block.
 template <class T, class TI, int BM, int BN, int BK, int WM, int WN, int MINB>
-void launch_stream(const ExpandParams& e, int64_t maxN, cudaStream_t st, bool wait_first = false) {
+void launch_stream(const ExpandParams& e, int64_t maxN, cudaStream_t st, ExpandLaunch how) {
   using Lay = expand_stream::Layout<BM, BN, BK, TI>;
   auto* k = expand_stream::expand_stream_kernel<T, TI, BM, BN, BK, WM, WN, MINB>;
   static std::atomic<uint64_t> attr{0};
@@ -415,11 +419,10 @@ void launch_stream(const ExpandParams& e, int64_t maxN, cudaStream_t st, bool wa
   const int64_t gy = (e.T + BM - 1) / BM + e.L + 1;
   PUNICA_REQUIRE(gy <= 65535, ErrorKind::usage, "lora_expand: too many tokens for one launch");
   expand_stream::Params sp = stream_params(e);
-  sp.wait_first = wait_first ? 1 : 0;
-  // wait_first (a standalone lora_expand): a programmatic dependent of whatever kernel precedes it
-  // that waits before any x, B or y load. Otherwise an ordinary launch.
+  const bool standalone = how == ExpandLaunch::standalone;  // else an ordinary launch
+  sp.wait_first = standalone ? 1 : 0;
   launch_kernel(k, dim3(unsigned((maxN + BN - 1) / BN), unsigned(gy), unsigned(e.S)), dim3(WM * WN * 32), Lay::total,
-                st, wait_first, sp);
+                st, standalone, sp);
 }
 
 // The streaming / pipelined kernels' preconditions: 16-bit y with 16-byte rows and slice columns,
@@ -455,36 +458,36 @@ PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, det
   return {pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream};
 }
 
-// pdl: add_lora_linear's expand behind its shrink (launch_lora_expand_after_shrink). sa: a
-// standalone lora_expand, whose pipelined and streaming kernels are programmatic dependents of
-// whatever kernel precedes them and wait (griddepcontrol.wait) before reading x, B or y.
+// pdl: add_lora_linear's expand behind its shrink (launch_lora_expand_after_shrink); otherwise a
+// standalone lora_expand (ExpandLaunch).
 template <class T, class TI>
 void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-              detail::ExpandPrefillKernel which, bool pdl, bool sa) {
+              detail::ExpandPrefillKernel which, bool pdl) {
   using K = detail::ExpandPrefillKernel;
   if constexpr (!std::is_same_v<T, float>) {
+    const ExpandLaunch how = pdl ? ExpandLaunch::after_shrink : ExpandLaunch::standalone;
     const PrefillChoice choice = choose_prefill(a, p, which, pdl);
     const K kind = choice.kind;
     if constexpr (std::is_same_v<TI, float>) {  // small batches: 32 / 16 token rows per block
       if (choice.few)
-        return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, pdl, sa);
+        return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, how);
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
         const int bm = H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());
         if (kind == K::mma_pipe) {
-          if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl, sa);
-          if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl, sa);
+          if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
+          if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
         } else {
-          if (bm == 16) return launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st, sa);
-          if (bm == 32) return launch_stream<T, TI, 32, 128, 32, 2, 4, 4>(p, maxN, st, sa);
+          if (bm == 16) return launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st, how);
+          if (bm == 32) return launch_stream<T, TI, 32, 128, 32, 2, 4, 4>(p, maxN, st, how);
         }
       }
     }
     switch (kind) {
       case K::mma_pipe:
         if (a.max_rank <= 16)
-          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, pdl, sa);
-        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, pdl, sa);
-      case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, sa);
+          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
+        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, how);
+      case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
       case K::mma_staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
       case K::automatic: break;
     }
@@ -496,11 +499,11 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
 
 template <class T>
 void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-                 detail::ExpandPrefillKernel which, bool pdl, bool sa) {
+                 detail::ExpandPrefillKernel which, bool pdl) {
   switch (a.in_dtype) {
-    case DType::f32: dispatch<T, float>(a, p, maxN, st, which, pdl, sa); break;
-    case DType::f16: dispatch<T, __half>(a, p, maxN, st, which, pdl, sa); break;
-    case DType::bf16: dispatch<T, __nv_bfloat16>(a, p, maxN, st, which, pdl, sa); break;
+    case DType::f32: dispatch<T, float>(a, p, maxN, st, which, pdl); break;
+    case DType::f16: dispatch<T, __half>(a, p, maxN, st, which, pdl); break;
+    case DType::bf16: dispatch<T, __nv_bfloat16>(a, p, maxN, st, which, pdl); break;
   }
 }
 
@@ -546,16 +549,15 @@ bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x
 
 namespace {
 void launch_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream, bool pdl) {
-  const bool sa = !pdl;  // every lora_expand launch but add_lora_linear's after its shrink
   validate(a);
   if (a.num_tokens == 0 || a.max_loras == 0) return;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
   if (maxN == 0) return;
   switch (a.dtype) {
-    case DType::f32: dispatch_in<float>(a, p, maxN, stream, which, pdl, sa); break;
-    case DType::f16: dispatch_in<__half>(a, p, maxN, stream, which, pdl, sa); break;
-    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream, which, pdl, sa); break;
+    case DType::f32: dispatch_in<float>(a, p, maxN, stream, which, pdl); break;
+    case DType::f16: dispatch_in<__half>(a, p, maxN, stream, which, pdl); break;
+    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream, which, pdl); break;
   }
 }
 }  // namespace

@@ -65,12 +65,13 @@ void run_case(const ExpandCase& c) {
   DeviceBuffer dranks(ranks32.size() * 4);
   dranks.upload(ranks32.data(), ranks32.size() * 4);
   // late: x and y hold other random values until the kernel before the op copies the real ones in.
-  DeviceBuffer dx = to_device(c.late ? random_tensor(c.in, x.n, key + 101) : x);
+  HostTensor x_other, y_other;
+  DeviceBuffer dx = to_device(before_late(x, c.late, key + 101, x_other));
   std::vector<DeviceBuffer> dB;
   for (auto& b : B) dB.push_back(to_device(b));
   HostTensor y0 = random_tensor(c.dtype, std::size_t(c.T) * ldy, key + 5);
-  Guarded gy(c.late ? random_tensor(c.dtype, y0.n, key + 105) : y0);
-  DeviceBuffer dx_real = to_device(x), dy_real = to_device(y0);
+  Guarded gy(before_late(y0, c.late, key + 105, y_other));
+  DeviceBuffer dx_real = c.late ? to_device(x) : DeviceBuffer(), dy_real = c.late ? to_device(y0) : DeviceBuffer();
 
   LoraExpandArgs a;
   a.in_dtype = c.in;
@@ -339,7 +340,6 @@ void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct)
               flush);
 }
 
-// The layer and bench prefill shapes alone (a short run for A/Bs of the prefill kernels).
 // Programmatic dependent launch: x and y are written by the kernel directly before the op, which
 // must wait for it before reading them (every path: decode kernels, small-batch streaming and
 // pipelined tiles, the prefill pipelined kernel, the staged kernel, 3 slices).
@@ -367,6 +367,7 @@ TEST(LoraExpand, LateInputs) {
   late(d);
 }
 
+// The layer and bench prefill shapes alone (a short run for A/Bs of the prefill kernels).
 TEST(LoraExpandPerf, DISABLED_PrefillShapes) {
   perf_expand(8192, {2048, 512, 512}, 16, 8, 25);   // Llama-3-8B qkv layer, tp 2
   perf_expand(8192, {4096, 1024, 1024}, 16, 8, 25); // tp 1

@@ -56,8 +56,9 @@ void run_case(const ShrinkCase& c) {
   DeviceBuffer dranks(ranks32.size() * 4);
   dranks.upload(ranks32.data(), ranks32.size() * 4);
   // late: x holds other random values until the kernel before the op copies the real ones in.
-  DeviceBuffer dx = to_device(c.late ? random_tensor(c.dtype, x.n, key + 101) : x);
-  DeviceBuffer dx_real = to_device(x);
+  HostTensor x_other;
+  DeviceBuffer dx = to_device(before_late(x, c.late, key + 101, x_other));
+  DeviceBuffer dx_real = c.late ? to_device(x) : DeviceBuffer();
   std::vector<DeviceBuffer> dA;
   for (auto& a : A) dA.push_back(to_device(a));
   HostTensor y0(c.out, std::size_t(c.S) * c.T * R);

@@ -302,6 +302,13 @@ static __global__ void late_copy_kernel(LateCopy a, LateCopy b, unsigned long lo
   for (std::size_t i = i0; i < a.bytes; i += step) static_cast<uint8_t*>(a.dst)[i] = static_cast<const uint8_t*>(a.src)[i];
   for (std::size_t i = i0; i < b.bytes; i += step) static_cast<uint8_t*>(b.dst)[i] = static_cast<const uint8_t*>(b.src)[i];
 }
+// What an input's device copy holds before late_copy runs: `real` itself, or (late) other random
+// values under `key`, made in `other`. No copy of `real` either way.
+inline const HostTensor& before_late(const HostTensor& real, bool late, uint64_t key, HostTensor& other) {
+  if (!late) return real;
+  other = random_tensor(real.dtype, real.n, key);
+  return other;
+}
 inline void late_copy(LateCopy a, LateCopy b, cudaStream_t st, double spin_us = 200.0) {
   late_copy_kernel<<<264, 256, 0, st>>>(a, b, static_cast<unsigned long long>(spin_us * 1e3));
   PUNICA_CUDA_CHECK_LAUNCH();
