@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Put a standing check's output under results/ (never editing a result file).
 
-    scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots] [--keep m]
+    scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots] [--keep m|l]
 
 DIRs hold the tarballs of `scripts/standing_check.sh` (parts a and b): q.tgz, f.tgz, l.tgz, l8.tgz,
 m.tgz, all five required. With --layers they hold its part x instead (x70.tgz, x8.tgz: the layer
@@ -13,7 +13,9 @@ time stamp, so that `gunzip` restores them byte for byte; logs and plots beside 
 to), the new ones take their places, and the plots are regenerated from the new bench file. The
 README's and NOTES' text is left to the author. Exit 2 on bad input, nothing moved.
 --keep m installs without part b's microbench (m.tgz may be absent or failed): the microbench files
-in results/h200 stay, at the sha they name, and the README must say so.
+in results/h200 stay, at the sha they name, and the README must say so. --keep l likewise keeps the
+2-GPU layer files (parts l and l8, results/h200x2/), e.g. for a check on a 1-GPU machine, where the
+tp 2 cases cannot run.
 """
 import argparse
 import functools
@@ -28,6 +30,7 @@ import tarfile
 import tempfile
 
 PARTS = ["q", "f", "l", "l8", "m"]
+KEEP = {"m": ["m"], "l": ["l", "l8"]}  # --keep NAME: the parts it leaves in place
 
 # The layer files of one machine's `device_check.sh layers` calls (70B filter in part p70, 8B
 # filter in part p8, whose layers_ci JSON is the one kept) -> results/h200x<n>/. Parts l / l8 of
@@ -147,9 +150,10 @@ def main():
     ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results"))
     ap.add_argument("--dry-run", action="store_true", help="check and say what would move; move nothing")
     ap.add_argument("--no-plots", action="store_true", help="leave results/h200/plots to scripts/plot_results.py")
-    ap.add_argument("--keep", action="append", default=[], choices=["m"],
-                    help="leave this part's files in results/ as they are (m: the microbench, e.g. after its step "
-                         "ran past its cap); its tarball is then neither needed nor read")
+    ap.add_argument("--keep", action="append", default=[], choices=sorted(KEEP),
+                    help="leave these parts' files in results/ as they are (m: the microbench, e.g. after its step "
+                         "ran past its cap; l: the 2-GPU layer files of parts l and l8, e.g. after a check on one "
+                         "GPU); their tarballs are then neither needed nor read")
     a = ap.parse_args()
     if a.layers and a.keep:
         die("--keep applies to parts a / b, not to --layers")
@@ -157,7 +161,8 @@ def main():
     if not os.path.isdir(os.path.join(res, "h200")):
         die(f"{res}: no h200/ folder (give --results)")
 
-    parts = LAYER_PARTS if a.layers else [p for p in PARTS if p not in a.keep]
+    keep = {p for k in a.keep for p in KEEP[k]}
+    parts = LAYER_PARTS if a.layers else [p for p in PARTS if p not in keep]
     tarballs = {}
     for d in a.dirs:
         for p in parts:
@@ -187,7 +192,7 @@ def main():
             places, companion, grid, gdir = layer_places(n, *LAYER_PARTS), layer_companion(n), [], None
         else:
             places = [pl for pl in PLACES if pl[0] in parts]
-            kept = {dst for p, _, dst in PLACES if p in a.keep}
+            kept = {dst for p, _, dst in PLACES if p in keep}
             companion = {k: v for k, v in COMPANION.items() if k not in kept}
             grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
             if not os.path.isfile(grid_tgz):

@@ -171,6 +171,31 @@ def check_keep_micro(t):
     check(r.returncode == 0, f"--keep m without m.tgz: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
 
 
+def check_keep_layers(t):
+    """--keep l: parts l and l8 (the 2-GPU layer files) absent, e.g. a check on one GPU: the layer files
+    stay at their sha, with their logs, and nothing of theirs goes to history; the rest installs.
+    Without --keep the missing parts are refused."""
+    old, new = "cccccccccccc", "dddddddddddd"
+    res = os.path.join(t, "results_keep_l")
+    make_results(res, old)
+    d = os.path.join(t, "keep_l")
+    make_parts(d, new, skip=("l", "l8"))
+    before = tree_digest(res)
+    r = run([d, "--results", res, "--no-plots"])
+    check(r.returncode == 2 and "l.tgz" in r.stderr, f"no layer parts without --keep: refusal expected ({r.stderr.strip()})")
+    check(tree_digest(res) == before, "no layer parts without --keep: results/ changed")
+    r = run([d, "--results", res, "--no-plots", "--keep", "l"])
+    check(r.returncode == 0, f"--keep l: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    for rel in ["h200x2/layers_ci_np2.json", "h200x2/layers_llama70b_prefill_np2.json"]:
+        p = os.path.join(res, rel)
+        check(os.path.isfile(p) and old in open(p).read(), f"--keep l: {rel} must stay at its old sha")
+    check(os.path.isfile(os.path.join(res, "h200x2/layers_llama8b_logs.tgz")), "--keep l: the layer logs must stay")
+    check(not os.path.exists(os.path.join(res, "history", old, "h200x2")), "--keep l: no layer file may go to history")
+    p = os.path.join(res, "h200/microbench_h200.json")
+    check(os.path.isfile(p) and new in open(p).read(), "--keep l: the microbench must be the new one")
+    check(os.path.isfile(os.path.join(res, "history", old, "bench_lora_ops.json.gz")), "--keep l: the old bench file to history")
+
+
 def make_results(r, sha):
     """A results/ tree at `sha`, as install_results.py leaves one."""
     files = {
@@ -281,6 +306,7 @@ def main():
         check(tree_digest(res) == after, "re-install: results/ changed")
 
         check_keep_micro(t)
+        check_keep_layers(t)
         check_layers_mode(t, res)
 
     if failures:
