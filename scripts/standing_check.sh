@@ -7,6 +7,10 @@
 #                                        Llama-3-70B filter (l.tgz)
 #   scripts/standing_check.sh OUTDIR b   layers with the Llama-3-8B filter (l8.tgz; its layers_ci
 #                                        JSON is the one kept), the microbench (m.tgz)
+#   scripts/standing_check.sh OUTDIR s   on a 1-GPU machine: quick + bench (q.tgz), full (f.tgz) and
+#                                        the microbench (m.tgz) in one call (156 + 155 + 72 s in NOTES
+#                                        v24); install with install_results.py --keep l (the 2-GPU
+#                                        layer files stay)
 #   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
 #                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
 #                                        (x70.tgz) and the 8B filter (x8.tgz; its layers_ci JSON is
@@ -16,8 +20,8 @@
 # Back here, scripts/install_results.py DIR [DIR...] checks them and puts them under results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: standing_check.sh OUTDIR a|b|x|x70|x8}
-PART=${2:?usage: standing_check.sh OUTDIR a|b|x|x70|x8}
+OUT=${1:?usage: standing_check.sh OUTDIR a|b|s|x|x70|x8}
+PART=${2:?usage: standing_check.sh OUTDIR a|b|s|x|x70|x8}
 mkdir -p "$OUT" || exit 2
 export NCCL_NVLS_ENABLE=0
 t0=$(date +%s)
@@ -39,10 +43,13 @@ case "$PART" in
   # the microbench ran past a 150 s cap at 97e58c0 (78 of its 84 cases done; NOTES v23): 220 s
   b) one l8 190 LAYERS_FILTER='model=llama-3-8b' layers
      one m 220 micro ;;
+  s) one q 170 quick bench
+     one f 150 full
+     one m 220 micro ;;
   # tp 4 / 8 add cases to each step (2x H200: 70B 122 s, 8B 107 s in all): longer caps, still one call
   x|x70|x8)
      [ "$PART" != x8 ] && one x70 280 LAYERS_FILTER='model=llama-3-70b' layers
      [ "$PART" != x70 ] && one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
-  *) echo "standing_check.sh: part '$PART' is not a, b, x, x70 or x8" >&2; exit 2 ;;
+  *) echo "standing_check.sh: part '$PART' is not a, b, s, x, x70 or x8" >&2; exit 2 ;;
 esac
 exit $status
