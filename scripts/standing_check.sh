@@ -8,9 +8,9 @@
 #   scripts/standing_check.sh OUTDIR b   layers with the Llama-3-8B filter (l8.tgz; its layers_ci
 #                                        JSON is the one kept), the microbench (m.tgz)
 #   scripts/standing_check.sh OUTDIR s   on a 1-GPU machine: quick + bench (q.tgz), full (f.tgz) and
-#                                        the microbench (m.tgz) in one call (156 + 155 + 72 s in NOTES
-#                                        v24); install with install_results.py --keep l (the 2-GPU
-#                                        layer files stay)
+#                                        the microbench (m.tgz) in one call (443 s: 175 + 191 + 76 s in
+#                                        NOTES v24); install with install_results.py --keep l (the
+#                                        2-GPU layer files stay)
 #   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
 #                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
 #                                        (x70.tgz) and the 8B filter (x8.tgz; its layers_ci JSON is
