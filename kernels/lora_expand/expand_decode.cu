@@ -32,9 +32,17 @@ __device__ __forceinline__ float load_in(const void* x, int dt, int64_t i) {
   return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
 }
 
+// Blocks per SM the per-token kernels are held to (registers <= 65536 / (128 * n)): the wide rank-16
+// blocks (UNR 4) took 70 registers, 7 blocks per SM, so a 1024-block grid (H=4096, T=64) ran in
+// 1.11 waves (ncu, NOTES v24); 8 fit it in one. The rank-64 blocks (G 8, UNR 2): 44 -> 40 registers,
+// 10 -> 12 blocks per SM.
+constexpr int dec_min_blocks(int G, int UNR, bool per_token) {
+  return !per_token ? 1 : (G == 2 && UNR == 4) ? 8 : (G == 8 && UNR == 2) ? 12 : 1;
+}
+
 // 4 warps. Block = UNR steps of 4 * (32 / G) columns; lane (lig, cidx) holds k-vectors lig + i*G.
 template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN>
-__global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodeParams p) {
+__device__ __forceinline__ void expand_decode_body(const DecodeParams& p) {
   constexpr int CPW = 32 / G;
   constexpr int STEP = (H::kDecThreads / 32) * CPW;
   constexpr int COLS = STEP * UNR;
@@ -159,6 +167,17 @@ __global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodePar
   }
 }
 
+// The kernel: ptxas's own register choice (a second bound of 1 would change it), or, for the
+// variants dec_min_blocks names, held to that many blocks per SM.
+template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN>
+__global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodeParams p) {
+  expand_decode_body<T, G, KV, UNR, TB, PER_TOKEN>(p);
+}
+template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN>
+__global__ void __launch_bounds__(H::kDecThreads, dec_min_blocks(G, UNR, PER_TOKEN))
+    expand_decode_kernel_occ(DecodeParams p) {
+  expand_decode_body<T, G, KV, UNR, TB, PER_TOKEN>(p);
+}
 
 template <class T, int G, int KV, int UNR, int TB, bool PT>
 void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
@@ -171,8 +190,12 @@ void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
   for (int s = p.S; s <= kMaxSlices; ++s) p.chunk0[s] = chunks;
   if (chunks == 0 || tiles == 0) return;
   PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for the decode kernel");
-  launch_kernel(expand_decode_kernel<T, G, KV, UNR, TB, PT>, dim3(unsigned(chunks), unsigned(tiles), 1),
-                dim3(H::kDecThreads), 0, st, true, p);
+  if constexpr (dec_min_blocks(G, UNR, PT) > 1)
+    launch_kernel(expand_decode_kernel_occ<T, G, KV, UNR, TB, PT>, dim3(unsigned(chunks), unsigned(tiles), 1),
+                  dim3(H::kDecThreads), 0, st, true, p);
+  else
+    launch_kernel(expand_decode_kernel<T, G, KV, UNR, TB, PT>, dim3(unsigned(chunks), unsigned(tiles), 1),
+                  dim3(H::kDecThreads), 0, st, true, p);
 }
 
 template <class T, int G, int KV, int UNR, int TB>
