@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
+#include <atomic>
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
 #include "kernels/lora_expand/expand_decode.h"
@@ -32,10 +33,12 @@ __device__ __forceinline__ float load_in(const void* x, int dt, int64_t i) {
   return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
 }
 
-// Blocks per SM the per-token kernels are held to (registers <= 65536 / (128 * n)): the wide rank-16
-// blocks (UNR 4) took 70 registers, 7 blocks per SM, so a 1024-block grid (H=4096, T=64) ran in
-// 1.11 waves (ncu, NOTES v24); 8 fit it in one. The rank-64 blocks (G 8, UNR 2): 44 -> 40 registers,
-// 10 -> 12 blocks per SM.
+// Blocks per SM a second build of the per-token kernels is held to (registers <= 65536 / (128 * n)).
+// The wide rank-16 blocks (UNR 4) take 70 registers, 7 blocks per SM, so a 1024-block grid (H=4096,
+// T=64) ran in 1.11 waves (ncu, results/NOTES.md v24); held to 8 they take 56 (9 per SM). The rank-64
+// blocks (G 8, UNR 2): 44 -> 40 registers, 10 -> 12 blocks per SM. launch_cfg takes the held build
+// only where it needs fewer waves: elsewhere it measured slower (T=1 rank 64 +0.05 µs; behind the
+// decode shrink in add_lora_linear, qkv T=16, +0.3-0.65 µs, its waiting blocks crowding the shrink's).
 constexpr int dec_min_blocks(int G, int UNR, bool per_token) {
   return !per_token ? 1 : (G == 2 && UNR == 4) ? 8 : (G == 8 && UNR == 2) ? 12 : 1;
 }
@@ -179,6 +182,21 @@ __global__ void __launch_bounds__(H::kDecThreads, dec_min_blocks(G, UNR, PER_TOK
   expand_decode_body<T, G, KV, UNR, TB, PER_TOKEN>(p);
 }
 
+// Blocks of `kernel` (kDecThreads threads, no shared memory) resident on the current device at once:
+// occupancy x SMs, cached per device (1 where they cannot be read: the launch itself then says why).
+template <class K>
+int device_wave(std::atomic<int>* cache, K kernel) {
+  return lora_dev::per_device_cached(cache, [&](int dev) {
+    int per_sm = 0, sms = 0;
+    if (dev < 0 || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, H::kDecThreads, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || per_sm <= 0 || sms <= 0) {
+      cudaGetLastError();
+      return 1;
+    }
+    return per_sm * sms;
+  });
+}
+
 template <class T, int G, int KV, int UNR, int TB, bool PT>
 void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
   constexpr int COLS = (H::kDecThreads / 32) * (32 / G) * UNR;
@@ -190,12 +208,18 @@ void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
   for (int s = p.S; s <= kMaxSlices; ++s) p.chunk0[s] = chunks;
   if (chunks == 0 || tiles == 0) return;
   PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for the decode kernel");
-  if constexpr (dec_min_blocks(G, UNR, PT) > 1)
-    launch_kernel(expand_decode_kernel_occ<T, G, KV, UNR, TB, PT>, dim3(unsigned(chunks), unsigned(tiles), 1),
-                  dim3(H::kDecThreads), 0, st, true, p);
-  else
-    launch_kernel(expand_decode_kernel<T, G, KV, UNR, TB, PT>, dim3(unsigned(chunks), unsigned(tiles), 1),
-                  dim3(H::kDecThreads), 0, st, true, p);
+  const dim3 grid(unsigned(chunks), unsigned(tiles), 1);
+  if constexpr (dec_min_blocks(G, UNR, PT) > 1) {
+    // Blocks the device holds at once, per build (occupancy x SMs; cached per device).
+    static std::atomic<int> wave_plain[64], wave_occ[64];
+    const int64_t blocks = int64_t(chunks) * tiles;
+    if (H::decode_fewer_waves(blocks, device_wave(wave_plain, expand_decode_kernel<T, G, KV, UNR, TB, PT>),
+                              device_wave(wave_occ, expand_decode_kernel_occ<T, G, KV, UNR, TB, PT>))) {
+      launch_kernel(expand_decode_kernel_occ<T, G, KV, UNR, TB, PT>, grid, dim3(H::kDecThreads), 0, st, true, p);
+      return;
+    }
+  }
+  launch_kernel(expand_decode_kernel<T, G, KV, UNR, TB, PT>, grid, dim3(H::kDecThreads), 0, st, true, p);
 }
 
 template <class T, int G, int KV, int UNR, int TB>

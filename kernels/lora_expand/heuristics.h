@@ -160,6 +160,16 @@ inline bool decode_wide(int64_t T, const int64_t* widths, int S, int max_rank) {
   for (int s = 0; s < S; ++s) chunks += (widths[s] + kDecNarrowCols16 - 1) / kDecNarrowCols16;
   return T * chunks > kDecWideMinBlocks;
 }
+// The per-token decode kernel's build held to more blocks per SM (expand_decode.cu, dec_min_blocks)
+// where its grid then runs in fewer waves than the plain build's: `wave_*` are the blocks each
+// build keeps resident on the device. Measured on the H200 (bench A/B, 3 interleaved rounds, back to
+// back, results/NOTES.md v24): expand T=64 32 adapters r=16 H=4096 6.78 -> 5.03 us (1024 blocks: 2
+// waves -> 1), H=8192 11.28 -> 9.26, add_lora_linear there 0.81 / 0.86; rank 64 at T=16 0.89-0.94;
+// with the same waves it was 0.99-1.12 (slower in add_lora_linear, T=16 qkv rank 16).
+inline bool decode_fewer_waves(int64_t blocks, int wave_plain, int wave_occ) {
+  const auto waves = [&](int w) { return (blocks + std::max(w, 1) - 1) / std::max(w, 1); };
+  return waves(wave_occ) < waves(wave_plain);
+}
 // The older wide-N GEMV (blocks per adapter, a token loop) stays faster for T >= 64 with 4..16
 // tokens per adapter (H200, T=64, 8 adapters: 7.0 vs 8.2 us at H=4096 r=16, 22.4 vs 33.3 us at
 // H=8192 r=64); with 1 or 32 adapters it is 1.1-3x slower than the decode kernel.
