@@ -35,17 +35,19 @@ __device__ __forceinline__ float load_in(const void* x, int dt, int64_t i) {
 
 // Blocks per SM a second build of the per-token kernels is held to (registers <= 65536 / (128 * n)).
 // The wide rank-16 blocks (UNR 4) take 70 registers, 7 blocks per SM, so a 1024-block grid (H=4096,
-// T=64) ran in 1.11 waves (ncu, results/NOTES.md v24); held to 8 they take 56 (9 per SM). The rank-64
+// T=64) ran in 1.11 waves (ncu, results/NOTES.md v24); held to 8 they take 64 (8 per SM). The rank-64
 // blocks (G 8, UNR 2): 44 -> 40 registers, 10 -> 12 blocks per SM. launch_cfg takes the held build
-// only where it needs fewer waves: elsewhere it measured slower (T=1 rank 64 +0.05 µs; behind the
-// decode shrink in add_lora_linear, qkv T=16, +0.3-0.65 µs, its waiting blocks crowding the shrink's).
+// only where its grid needs fewer waves: with as many waves the leaner registers measured slower
+// (expand T=1 rank 64 +0.05-0.1 µs; add_lora_linear qkv T=16 rank 16, behind the decode shrink,
+// +0.3-0.6 µs).
 constexpr int dec_min_blocks(int G, int UNR, bool per_token) {
-  return !per_token ? 1 : (G == 2 && UNR == 4) ? 8 : (G == 8 && UNR == 2) ? 12 : 1;
+  return !per_token ? 0 : (G == 2 && UNR == 4) ? 8 : (G == 8 && UNR == 2) ? 12 : 0;
 }
 
 // 4 warps. Block = UNR steps of 4 * (32 / G) columns; lane (lig, cidx) holds k-vectors lig + i*G.
-template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN>
-__device__ __forceinline__ void expand_decode_body(const DecodeParams& p) {
+// MINB: blocks per SM the build is held to; 0 leaves the registers to ptxas (as no second bound).
+template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN, int MINB = 0>
+__global__ void __launch_bounds__(H::kDecThreads, MINB) expand_decode_kernel(DecodeParams p) {
   constexpr int CPW = 32 / G;
   constexpr int STEP = (H::kDecThreads / 32) * CPW;
   constexpr int COLS = STEP * UNR;
@@ -170,17 +172,6 @@ __device__ __forceinline__ void expand_decode_body(const DecodeParams& p) {
   }
 }
 
-// The kernel: ptxas's own register choice (a second bound of 1 would change it), or, for the
-// variants dec_min_blocks names, held to that many blocks per SM.
-template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN>
-__global__ void __launch_bounds__(H::kDecThreads) expand_decode_kernel(DecodeParams p) {
-  expand_decode_body<T, G, KV, UNR, TB, PER_TOKEN>(p);
-}
-template <class T, int G, int KV, int UNR, int TB, bool PER_TOKEN>
-__global__ void __launch_bounds__(H::kDecThreads, dec_min_blocks(G, UNR, PER_TOKEN))
-    expand_decode_kernel_occ(DecodeParams p) {
-  expand_decode_body<T, G, KV, UNR, TB, PER_TOKEN>(p);
-}
 
 // Blocks of `kernel` (kDecThreads threads, no shared memory) resident on the current device at once:
 // occupancy x SMs, cached per device (1 where they cannot be read: the launch itself then says why).
@@ -209,13 +200,14 @@ void launch_cfg(DecodeParams p, int64_t tiles, cudaStream_t st) {
   if (chunks == 0 || tiles == 0) return;
   PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for the decode kernel");
   const dim3 grid(unsigned(chunks), unsigned(tiles), 1);
-  if constexpr (dec_min_blocks(G, UNR, PT) > 1) {
+  constexpr int MB = dec_min_blocks(G, UNR, PT);
+  if constexpr (MB > 0) {
     // Blocks the device holds at once, per build (occupancy x SMs; cached per device).
-    static std::atomic<int> wave_plain[64], wave_occ[64];
+    static std::atomic<int> wave_plain[64], wave_held[64];
     const int64_t blocks = int64_t(chunks) * tiles;
     if (H::decode_fewer_waves(blocks, device_wave(wave_plain, expand_decode_kernel<T, G, KV, UNR, TB, PT>),
-                              device_wave(wave_occ, expand_decode_kernel_occ<T, G, KV, UNR, TB, PT>))) {
-      launch_kernel(expand_decode_kernel_occ<T, G, KV, UNR, TB, PT>, grid, dim3(H::kDecThreads), 0, st, true, p);
+                              device_wave(wave_held, expand_decode_kernel<T, G, KV, UNR, TB, PT, MB>))) {
+      launch_kernel(expand_decode_kernel<T, G, KV, UNR, TB, PT, MB>, grid, dim3(H::kDecThreads), 0, st, true, p);
       return;
     }
   }
