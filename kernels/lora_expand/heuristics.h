@@ -162,10 +162,12 @@ inline bool decode_wide(int64_t T, const int64_t* widths, int S, int max_rank) {
 }
 // The per-token decode kernel's build held to more blocks per SM (expand_decode.cu, dec_min_blocks)
 // where its grid then runs in fewer waves than the plain build's: `wave_*` are the blocks each
-// build keeps resident on the device. Measured on the H200 (bench A/B, 3 interleaved rounds, back to
-// back, results/NOTES.md v24): expand T=64 32 adapters r=16 H=4096 6.78 -> 5.03 us (1024 blocks: 2
-// waves -> 1), H=8192 11.28 -> 9.26, add_lora_linear there 0.81 / 0.86; rank 64 at T=16 0.89-0.94;
-// with the same waves it was 0.99-1.12 (slower in add_lora_linear, T=16 qkv rank 16).
+// build keeps resident on the device. Measured on the H200 (bench A/B against 30d9197, T <= 64, 3
+// interleaved rounds, back to back, results/NOTES.md v24 part 4): expand T=64 32 adapters r=16
+// H=4096 6.72 -> 4.99 us (1024 blocks: 2 waves -> 1), H=8192 11.06 -> 9.14 (2048: 3 -> 2),
+// add_lora_linear there 0.81 / 0.88; rank 64 at T=16 with 8 / 32 adapters 0.89-0.97; every other
+// case 0.98-1.02. Held everywhere (a first build) it was 1.04-1.12x slower where the waves stay
+// the same (expand T=1 rank 64; add_lora_linear qkv T=16 rank 16 behind the decode shrink).
 inline bool decode_fewer_waves(int64_t blocks, int wave_plain, int wave_occ) {
   const auto waves = [&](int w) { return (blocks + std::max(w, 1) - 1) / std::max(w, 1); };
   return waves(wave_occ) < waves(wave_plain);
