@@ -223,15 +223,16 @@ TEST(LinearHeuristics, SmallClusterPdlExpand) {
   EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(256, 3, 16, 1));  // T > 128
 }
 
-// The held decode build only where it saves a wave (H200: 7 against 9 wide blocks per SM, 132 SMs).
+// The held decode build only where it saves a wave (H200: 7 against 8 wide blocks per SM, 132 SMs).
 TEST(ExpandHeuristics, DecodeFewerWaves) {
-  const int plain = 7 * 132, occ = 9 * 132;
+  const int plain = 7 * 132, occ = 8 * 132;
   EXPECT_TRUE(expand_heur::decode_fewer_waves(1024, plain, occ));   // H=4096 T=64: 2 waves -> 1
   EXPECT_TRUE(expand_heur::decode_fewer_waves(2048, plain, occ));   // H=8192 T=64: 3 -> 2
   EXPECT_FALSE(expand_heur::decode_fewer_waves(1536, plain, occ));  // qkv T=16: 2 either way
   EXPECT_FALSE(expand_heur::decode_fewer_waves(512, plain, occ));   // one wave either way
   EXPECT_FALSE(expand_heur::decode_fewer_waves(1024, occ, occ));
-  EXPECT_FALSE(expand_heur::decode_fewer_waves(1024, 0, 0));        // unreadable occupancy: the plain build
+  EXPECT_FALSE(expand_heur::decode_fewer_waves(1024, 1, 1));        // unreadable occupancy (device_wave's 1)
+  EXPECT_FALSE(expand_heur::decode_fewer_waves(1024, 0, 0));
 }
 
 TEST(ExpandHeuristics, DecodeGemvWindow) {

@@ -39,7 +39,7 @@ __device__ __forceinline__ float load_in(const void* x, int dt, int64_t i) {
 // blocks (G 8, UNR 2): 44 -> 40 registers, 10 -> 12 blocks per SM. launch_cfg takes the held build
 // only where its grid needs fewer waves: with as many waves the leaner registers measured slower
 // (expand T=1 rank 64 +0.05-0.1 µs; add_lora_linear qkv T=16 rank 16, behind the decode shrink,
-// +0.3-0.6 µs).
+// +0.3-0.65 µs).
 constexpr int dec_min_blocks(int G, int UNR, bool per_token) {
   return !per_token ? 0 : (G == 2 && UNR == 4) ? 8 : (G == 8 && UNR == 2) ? 12 : 0;
 }
