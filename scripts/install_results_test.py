@@ -142,29 +142,38 @@ def check_layers_mode(t, res):
     check(os.path.isfile(p) and second in open(p).read(), "layers re-install: the second run's file is not in place")
 
 
+def keep_installed(t, name, keep, old, new, missing, **parts):
+    """Parts made with `parts` (make_parts' bad_step_part / skip) at sha `new` over a results/ tree at
+    `old`: refused without --keep (naming `missing`, results/ unchanged), installed with --keep `keep`.
+    Returns that results/ tree for the caller's checks of what stayed and what moved."""
+    res = os.path.join(t, "results_" + name)
+    make_results(res, old)
+    d = os.path.join(t, name)
+    make_parts(d, new, **parts)
+    before = tree_digest(res)
+    r = run([d, "--results", res, "--no-plots"])
+    check(r.returncode == 2 and missing in r.stderr, f"{name} without --keep: refusal expected ({r.stderr.strip()})")
+    check(tree_digest(res) == before, f"{name} without --keep: results/ changed")
+    r = run([d, "--results", res, "--no-plots", "--keep", keep])
+    check(r.returncode == 0, f"--keep {keep}: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    p = os.path.join(res, "h200/bench_lora_ops.json")
+    check(os.path.isfile(p) and new in open(p).read(), f"--keep {keep}: the bench file must be the new one")
+    check(os.path.isfile(os.path.join(res, "history", old, "bench_lora_ops.json.gz")),
+          f"--keep {keep}: the old bench file to history")
+    return res
+
+
 def check_keep_micro(t):
     """--keep m: a failed (or absent) microbench part leaves the microbench files where they are; the
     rest installs as usual. Without --keep the failed part is refused."""
-    old, new = "eeeeeeeeeeee", "ffffffffffff"
-    res = os.path.join(t, "results_keep")
-    make_results(res, old)
-    d = os.path.join(t, "keep_m")
-    make_parts(d, new, bad_step_part="m")
-    before = tree_digest(res)
-    r = run([d, "--results", res, "--no-plots"])
-    check(r.returncode == 2 and "m.tgz" in r.stderr, f"failed microbench without --keep: refusal expected ({r.stderr.strip()})")
-    check(tree_digest(res) == before, "failed microbench without --keep: results/ changed")
-    r = run([d, "--results", res, "--no-plots", "--keep", "m"])
-    check(r.returncode == 0, f"--keep m: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    old = "eeeeeeeeeeee"
+    res = keep_installed(t, "keep_m", "m", old, "ffffffffffff", "m.tgz", bad_step_part="m")
     p = os.path.join(res, "h200/microbench_h200.json")
     check(os.path.isfile(p) and old in open(p).read(), "--keep m: the microbench file must stay at its old sha")
     check(open(os.path.join(res, "h200/microbench_h200_stderr.txt"), "rb").read() == b"old stderr\n",
           "--keep m: the microbench stderr must stay")
     check(not os.path.exists(os.path.join(res, "history", old, "microbench_h200.json.gz")),
           "--keep m: the kept microbench must not go to history")
-    p = os.path.join(res, "h200/bench_lora_ops.json")
-    check(os.path.isfile(p) and new in open(p).read(), "--keep m: the bench file must be the new one")
-    check(os.path.isfile(os.path.join(res, "history", old, "bench_lora_ops.json.gz")), "--keep m: the old bench file to history")
     d2 = os.path.join(t, "keep_m_absent")
     make_parts(d2, "abababababab", skip=("m",))
     r = run([d2, "--results", res, "--no-plots", "--keep", "m"])
@@ -176,16 +185,7 @@ def check_keep_layers(t):
     stay at their sha, with their logs, and nothing of theirs goes to history; the rest installs.
     Without --keep the missing parts are refused."""
     old, new = "cccccccccccc", "dddddddddddd"
-    res = os.path.join(t, "results_keep_l")
-    make_results(res, old)
-    d = os.path.join(t, "keep_l")
-    make_parts(d, new, skip=("l", "l8"))
-    before = tree_digest(res)
-    r = run([d, "--results", res, "--no-plots"])
-    check(r.returncode == 2 and "l.tgz" in r.stderr, f"no layer parts without --keep: refusal expected ({r.stderr.strip()})")
-    check(tree_digest(res) == before, "no layer parts without --keep: results/ changed")
-    r = run([d, "--results", res, "--no-plots", "--keep", "l"])
-    check(r.returncode == 0, f"--keep l: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    res = keep_installed(t, "keep_l", "l", old, new, "l.tgz", skip=("l", "l8"))
     for rel in ["h200x2/layers_ci_np2.json", "h200x2/layers_llama70b_prefill_np2.json"]:
         p = os.path.join(res, rel)
         check(os.path.isfile(p) and old in open(p).read(), f"--keep l: {rel} must stay at its old sha")
@@ -193,7 +193,6 @@ def check_keep_layers(t):
     check(not os.path.exists(os.path.join(res, "history", old, "h200x2")), "--keep l: no layer file may go to history")
     p = os.path.join(res, "h200/microbench_h200.json")
     check(os.path.isfile(p) and new in open(p).read(), "--keep l: the microbench must be the new one")
-    check(os.path.isfile(os.path.join(res, "history", old, "bench_lora_ops.json.gz")), "--keep l: the old bench file to history")
 
 
 def make_results(r, sha):

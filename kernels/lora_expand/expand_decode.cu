@@ -15,6 +15,7 @@
 #include "kernels/lora_expand/expand_params.h"
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_shrink/lora_device.cuh"
+#include "kernels/lora_shrink/lora_shrink_internal.h"  // detail::num_sms_cached
 
 namespace punica::kernels {
 namespace {
@@ -39,7 +40,7 @@ __device__ __forceinline__ float load_in(const void* x, int dt, int64_t i) {
 // blocks (G 8, UNR 2): 44 -> 40 registers, 10 -> 12 blocks per SM. launch_cfg takes the held build
 // only where its grid needs fewer waves: with as many waves the leaner registers measured slower
 // (expand T=1 rank 64 +0.05-0.1 µs; add_lora_linear qkv T=16 rank 16, behind the decode shrink,
-// +0.3-0.65 µs).
+// +0.25-0.66 µs).
 constexpr int dec_min_blocks(int G, int UNR, bool per_token) {
   return !per_token ? 0 : (G == 2 && UNR == 4) ? 8 : (G == 8 && UNR == 2) ? 12 : 0;
 }
@@ -174,18 +175,18 @@ __global__ void __launch_bounds__(H::kDecThreads, MINB) expand_decode_kernel(Dec
 
 
 // Blocks of `kernel` (kDecThreads threads, no shared memory) resident on the current device at once:
-// occupancy x SMs, cached per device (1 where they cannot be read: the launch itself then says why).
+// its occupancy (cached per device; 1 where it cannot be read: the launch itself then says why) x SMs.
 template <class K>
 int device_wave(std::atomic<int>* cache, K kernel) {
-  return lora_dev::per_device_cached(cache, [&](int dev) {
-    int per_sm = 0, sms = 0;
-    if (dev < 0 || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, H::kDecThreads, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || per_sm <= 0 || sms <= 0) {
+  const int per_sm = lora_dev::per_device_cached(cache, [&](int dev) {
+    int v = 0;
+    if (dev < 0 || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, H::kDecThreads, 0) != cudaSuccess || v <= 0) {
       cudaGetLastError();
       return 1;
     }
-    return per_sm * sms;
+    return v;
   });
+  return per_sm * detail::num_sms_cached();
 }
 
 template <class T, int G, int KV, int UNR, int TB, bool PT>
