@@ -95,10 +95,12 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
   } else if (auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) &&
              detail::shrink_cluster_ok(sa)) {
-    // The cluster shrink as an ordinary launch (it starts once the kernel before it has finished),
-    // then the expand as its programmatic dependent: its y and B loads, issued before its
-    // griddepcontrol.wait, overlap the shrink and can no longer see y before that kernel's writes.
-    detail::launch_shrink_cluster(sa, stream, false);
+    // The cluster shrink as a programmatic dependent of the kernel before it, whose CTAs trigger
+    // their own dependents only after their griddepcontrol.wait (late_trigger), then the expand as
+    // its programmatic dependent: the shrink's launch and metadata loads overlap the kernel before
+    // it, and the expand's y and B loads, issued before its own wait, overlap the shrink; the
+    // expand launches only once that kernel has finished, so it cannot see y before its writes.
+    detail::launch_shrink_cluster(sa, stream, true, true);
     detail::launch_lora_expand_after_shrink(ea, stream);
   } else {
     // Decode-sized batch through the mma expand: B read once per adapter instead of once per
