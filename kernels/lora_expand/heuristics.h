@@ -58,7 +58,7 @@ inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
   if (T < 16 || T > kDecodeMaxTokens) return false;
   const int64_t tpa = T / std::max(1, max_loras);
   if (max_rank <= 16) return T >= 32 && tpa >= 8;
-  return tpa >= 4 || (T >= 64 && tpa >= 2);
+  return tpa >= 2;  // exp: was tpa >= 4 || (T >= 64 && tpa >= 2)
 }
 // In small batches above rank 16 the streaming kernel (one tile per block, more blocks) beats the
 // pipelined one (8 tiles per block), up to 512 tokens (LoraExpandPerf, back to back): H=8192 r=64,
