@@ -11,6 +11,7 @@
 #include <utility>
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/add_lora_linear/add_lora_linear_internal.h"
+#include "kernels/add_lora_linear/heuristics.h"
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_shrink.h"
@@ -344,6 +345,17 @@ TEST(AddLoraLinear, LateInputs) {
   LinearCase m{DType::bf16, 255, 4096, {1024}, std::vector<int>(32, 64)};
   m.late = true;
   run_case(m);
+  // The small-batch cluster chain (linear_heur::small_cluster_pdl_expand: 3 slices at rank <= 16,
+  // >= 8 tokens per adapter): the shrink a programmatic dependent that triggers after its wait,
+  // the expand loading y before its own wait.
+  for (int T : {32, 64, 128})
+    for (bool twice : {false, true}) {
+      LinearCase k{DType::bf16, T, 2048, {1024, 256, 256}, {16, 8, 0, 16}};
+      ASSERT_TRUE(linear_heur::small_cluster_pdl_expand(T, 3, 16, 4));
+      k.late = !twice;
+      k.twice = twice;
+      run_case(k);
+    }
 }
 
 // The Llama-3-8B prefill layer shapes of issue 4 (T=8192, r=16, 8 adapters, 25% of tokens without
