@@ -389,8 +389,10 @@ constexpr int64_t kClSmallWideMinTokens = 64;  // from here 3 blocks suffice; be
 constexpr int kClSmallMinBlocks = 3;
 constexpr int64_t kClSmallMinTokensPerLora = 8;
 inline bool auto_cluster_small(int64_t T, int S, int max_rank, int64_t max_loras) {
-  if (T < kClSmallMinTokens || T > kClSmallMaxTokens || !cluster_fits(S, max_rank)) return false;
+  if (T > kClSmallMaxTokens || !cluster_fits(S, max_rank)) return false;
   const int blocks = cluster_blocks(S, max_rank);
+  // exp: T=16 with >= 24 blocks and all tokens of one adapter (qkv r=64: 0.75 of the decode kernel in v20 c1)
+  if (T < kClSmallMinTokens && !(T >= 16 && blocks >= 24 && T >= 16 * std::max<int64_t>(1, max_loras))) return false;
   if (blocks < (T >= kClSmallWideMinTokens ? kClSmallMinBlocks : kClMaxNbw)) return false;
   return T >= kClSmallMinTokensPerLora * std::max<int64_t>(1, max_loras);
 }
