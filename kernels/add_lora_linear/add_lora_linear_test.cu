@@ -345,13 +345,25 @@ TEST(AddLoraLinear, LateInputs) {
   LinearCase m{DType::bf16, 255, 4096, {1024}, std::vector<int>(32, 64)};
   m.late = true;
   run_case(m);
-  // The small-batch cluster chain (linear_heur::small_cluster_pdl_expand: 3 slices at rank <= 16,
-  // >= 8 tokens per adapter): the shrink a programmatic dependent that triggers after its wait,
-  // the expand loading y before its own wait.
-  for (int T : {32, 64, 128})
+  // The small-batch cluster chain (linear_heur::small_cluster_pdl_expand): the shrink a programmatic
+  // dependent that triggers its dependents only after its wait, the expand loading y before its own
+  // wait. 3 slices at rank <= 16 with >= 8 tokens per adapter (T=64, 128), and one slice of rank 64
+  // with one adapter (T=32, 40); as everywhere here about 1 / (adapters + 1) of the tokens have none.
+  struct Chain {
+    int T;
+    std::vector<int64_t> slices;
+    std::vector<int> ranks;
+  };
+  const Chain chains[] = {{64, {1024, 256, 256}, {16, 8, 0, 16}},
+                          {128, {1024, 256, 256}, {16, 8, 0, 16}},
+                          {32, {1024}, {64}},
+                          {40, {1024}, {64}}};
+  for (const Chain& ch : chains)
     for (bool twice : {false, true}) {
-      LinearCase k{DType::bf16, T, 2048, {1024, 256, 256}, {16, 8, 0, 16}};
-      ASSERT_TRUE(linear_heur::small_cluster_pdl_expand(T, 3, 16, 4));
+      LinearCase k{DType::bf16, ch.T, 2048, ch.slices, ch.ranks};
+      const int rmax = *std::max_element(ch.ranks.begin(), ch.ranks.end());
+      ASSERT_TRUE(linear_heur::small_cluster_pdl_expand(ch.T, int(ch.slices.size()), rmax, int(ch.ranks.size())))
+          << "T=" << ch.T;
       k.late = !twice;
       k.twice = twice;
       run_case(k);

@@ -41,11 +41,15 @@ inline bool use_tiles(int64_t T, int max_loras, int max_rank) {
 }
 
 // Decode-sized batches that the cluster shrink takes (shrink_heur::auto_cluster_small), at rank <= 16
-// or with >= 32 tokens per adapter: the cluster shrink as an ordinary launch and the expand as its
-// programmatic dependent, so that the expand's y and B loads overlap the shrink. Otherwise the
-// shrink is the programmatic dependent of the kernel before it and the expand an ordinary launch
-// (the pipelined expand loads y before its griddepcontrol.wait, so it may launch early only behind
-// a kernel that itself started after everything before it had finished). Measured on the H200
+// or with >= 32 tokens per adapter: the expand (the after-shrink choice) as the cluster shrink's
+// programmatic dependent, so that the expand's y and B loads overlap the shrink. It loads y before
+// its griddepcontrol.wait, so it may launch only once the kernel before the shrink has finished:
+// the shrink's CTAs trigger it only after their own wait (launch_shrink_cluster's late_trigger; an
+// ordinary launch of the shrink until v25). Otherwise both are programmatic dependents that
+// trigger at once and wait before touching x or y. Late trigger against the ordinary launch (bench
+// A/B, results/NOTES.md v25 part 2, back to back, T=64): qkv r=16 one adapter 8.59 -> 5.56 us, one
+// slice r=64 one adapter 10.07 -> 6.85, qkv r=64 11.88 -> 8.96; both dependents without the swap
+// gained less (8.59 -> 6.45, 10.07 -> 8.43). The v20 rule, measured on the H200
 // (bench_lora_ops, T=32-512 by axis override, exp/linear-small-pdl against b0cf3f6, 2 interleaved
 // rounds each; results/NOTES.md v20 part 4): add_lora_linear 0.73-0.96 of the time back to back (one
 // slice r=64, one adapter, T=32: 10.50 -> 7.68 us; qkv r=64 T=128 15.65 -> 13.61); with 8 adapters of
