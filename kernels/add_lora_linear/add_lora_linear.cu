@@ -91,7 +91,11 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
       launch_lora_expand(ea, stream);
     }
   } else if (!small) {
-    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
+    // exp: the mid-batch cluster shrink (lora_shrink's automatic choice there) with late trigger
+    if (shrink_heur::auto_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) && detail::shrink_cluster_ok(sa))
+      detail::launch_shrink_cluster(sa, stream, true, true);
+    else
+      detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
   } else if (auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) &&
              detail::shrink_cluster_ok(sa)) {
