@@ -3,7 +3,8 @@
 // atomics) -> (PDL) the decode expand reading it.
 // Prefill: the shrink (mma) into the fp32 workspace, then the expand (mma) reading it. The shrink
 // is lora_shrink's automatic choice with its cluster tile only for small batches
-// (ShrinkKernel::small_cluster; shrink_heur::auto_cluster says why).
+// (ShrinkKernel::small_cluster; shrink_heur::auto_cluster says why) and, from 129 tokens, where
+// linear_heur::mid_cluster says.
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/add_lora_linear/add_lora_linear_internal.h"
 #include "kernels/add_lora_linear/heuristics.h"
@@ -91,8 +92,10 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
       launch_lora_expand(ea, stream);
     }
   } else if (!small) {
-    // exp: the mid-batch cluster shrink (lora_shrink's automatic choice there) with late trigger
-    if (shrink_heur::auto_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) && detail::shrink_cluster_ok(sa))
+    // The cluster shrink with late trigger where linear_heur::mid_cluster says (its expand may then
+    // follow it as a programmatic dependent that loads y early); else the fused / atomic kernels,
+    // which start behind an ordinary launch (the zero kernel, or the shrink itself).
+    if (linear_heur::mid_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) && detail::shrink_cluster_ok(sa))
       detail::launch_shrink_cluster(sa, stream, true, true);
     else
       detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);

@@ -324,6 +324,8 @@ void perf_shape(const PerfShape& p) {
 // path: decode, split-K partials, the small-batch chains, prefill (split-K / stream-K behind the
 // zero kernel), 3 slices.
 TEST(AddLoraLinear, LateInputs) {
+  // T=255, one slice of rank <= 16: the mid-batch cluster shrink with late trigger.
+  ASSERT_TRUE(linear_heur::mid_cluster(255, 1, 16, 4));
   for (int T : {1, 16, 64, 255, 2048, 8192})
     for (bool twice : {false, true}) {
       LinearCase c{DType::bf16, T, 4096, {1024}, {16, 8, 0, 16}};

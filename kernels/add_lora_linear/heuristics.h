@@ -61,6 +61,23 @@ inline bool small_cluster_pdl_expand(int64_t T, int S, int max_rank, int64_t max
          (max_rank <= 16 || T >= kPdlExpandMinTokensPerLora * std::max<int64_t>(1, max_loras));
 }
 
+// Mid-sized batches (129 to 256 tokens) of at most 2 blocks of 8 rank columns (one slice, rank
+// <= 16), where lora_shrink's automatic choice is the cluster tile: add_lora_linear takes it too, as
+// a programmatic dependent with late trigger (launch_shrink_cluster), before the expand's
+// programmatic launch. Bench A/B against the fused atomic path (results/NOTES.md v25 part 2, 3
+// interleaved rounds, T=256, back to back / cold): one adapter H=4096 9.22 -> 6.58 us (0.71) /
+// 1.02, 8 adapters 0.71 / 0.98, 32 adapters 0.88 / 0.94, H=8192 0.85-0.97 / 0.92-0.97. Not for qkv
+// at rank 16 (6 blocks, which lora_shrink's rule also takes): 0.95 back to back but 1.05-1.14x
+// cold (one adapter: 12.98 -> 14.82 us). Not measured above 256 tokens (v19 measured the cluster
+// chain there before the late trigger: 0.90-1.16 of the atomic path's time).
+constexpr int64_t kMidClusterMaxTokens = 256;
+constexpr int kMidClusterMaxBlocks = 2;
+inline bool mid_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
+  return T > kDecodeMaxTokens && T <= kMidClusterMaxTokens &&
+         shrink_heur::cluster_blocks(S, max_rank) <= kMidClusterMaxBlocks &&
+         shrink_heur::auto_cluster(T, S, max_rank, max_loras);
+}
+
 inline std::size_t workspace_bytes(int64_t max_tokens, int S, int R) {
   const std::size_t full = std::size_t(S) * std::size_t(std::max<int64_t>(max_tokens, 0)) * R * 4;
   const std::size_t part = std::size_t(shrink_heur::kMaxSplits) * S *
