@@ -11,6 +11,7 @@
 #include <utility>
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/add_lora_linear/add_lora_linear_internal.h"
+#include "kernels/add_lora_linear/heuristics.h"
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_shrink.h"
@@ -323,6 +324,8 @@ void perf_shape(const PerfShape& p) {
 // path: decode, split-K partials, the small-batch chains, prefill (split-K / stream-K behind the
 // zero kernel), 3 slices.
 TEST(AddLoraLinear, LateInputs) {
+  // T=255, one slice of rank <= 16: the mid-batch cluster shrink with late trigger.
+  ASSERT_TRUE(linear_heur::mid_cluster(255, 1, 16, 4));
   for (int T : {1, 16, 64, 255, 2048, 8192})
     for (bool twice : {false, true}) {
       LinearCase c{DType::bf16, T, 4096, {1024}, {16, 8, 0, 16}};
@@ -344,6 +347,29 @@ TEST(AddLoraLinear, LateInputs) {
   LinearCase m{DType::bf16, 255, 4096, {1024}, std::vector<int>(32, 64)};
   m.late = true;
   run_case(m);
+  // The small-batch cluster chain (linear_heur::small_cluster_pdl_expand): the shrink a programmatic
+  // dependent that triggers its dependents only after its wait, the expand loading y before its own
+  // wait. 3 slices at rank <= 16 with >= 8 tokens per adapter (T=64, 128), and one slice of rank 64
+  // with one adapter (T=32, 40); as everywhere here about 1 / (adapters + 1) of the tokens have none.
+  struct Chain {
+    int T;
+    std::vector<int64_t> slices;
+    std::vector<int> ranks;
+  };
+  const Chain chains[] = {{64, {1024, 256, 256}, {16, 8, 0, 16}},
+                          {128, {1024, 256, 256}, {16, 8, 0, 16}},
+                          {32, {1024}, {64}},
+                          {40, {1024}, {64}}};
+  for (const Chain& ch : chains)
+    for (bool twice : {false, true}) {
+      LinearCase k{DType::bf16, ch.T, 2048, ch.slices, ch.ranks};
+      const int rmax = *std::max_element(ch.ranks.begin(), ch.ranks.end());
+      ASSERT_TRUE(linear_heur::small_cluster_pdl_expand(ch.T, int(ch.slices.size()), rmax, int(ch.ranks.size())))
+          << "T=" << ch.T;
+      k.late = !twice;
+      k.twice = twice;
+      run_case(k);
+    }
 }
 
 // The Llama-3-8B prefill layer shapes of issue 4 (T=8192, r=16, 8 adapters, 25% of tokens without

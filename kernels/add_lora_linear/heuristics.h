@@ -41,11 +41,15 @@ inline bool use_tiles(int64_t T, int max_loras, int max_rank) {
 }
 
 // Decode-sized batches that the cluster shrink takes (shrink_heur::auto_cluster_small), at rank <= 16
-// or with >= 32 tokens per adapter: the cluster shrink as an ordinary launch and the expand as its
-// programmatic dependent, so that the expand's y and B loads overlap the shrink. Otherwise the
-// shrink is the programmatic dependent of the kernel before it and the expand an ordinary launch
-// (the pipelined expand loads y before its griddepcontrol.wait, so it may launch early only behind
-// a kernel that itself started after everything before it had finished). Measured on the H200
+// or with >= 32 tokens per adapter: the expand (the after-shrink choice) as the cluster shrink's
+// programmatic dependent, so that the expand's y and B loads overlap the shrink. It loads y before
+// its griddepcontrol.wait, so it may launch only once the kernel before the shrink has finished:
+// the shrink's CTAs trigger it only after their own wait (launch_shrink_cluster's late_trigger; an
+// ordinary launch of the shrink until v25). Otherwise both are programmatic dependents that
+// trigger at once and wait before touching x or y. Late trigger against the ordinary launch (bench
+// A/B, results/NOTES.md v25 part 2, back to back, T=64): qkv r=16 one adapter 8.59 -> 5.56 us, one
+// slice r=64 one adapter 10.07 -> 6.85, qkv r=64 11.88 -> 8.96; both dependents without the swap
+// gained less (8.59 -> 6.45, 10.07 -> 8.43). The v20 rule, measured on the H200
 // (bench_lora_ops, T=32-512 by axis override, exp/linear-small-pdl against b0cf3f6, 2 interleaved
 // rounds each; results/NOTES.md v20 part 4): add_lora_linear 0.73-0.96 of the time back to back (one
 // slice r=64, one adapter, T=32: 10.50 -> 7.68 us; qkv r=64 T=128 15.65 -> 13.61); with 8 adapters of
@@ -55,6 +59,23 @@ constexpr int64_t kPdlExpandMinTokensPerLora = 32;
 inline bool small_cluster_pdl_expand(int64_t T, int S, int max_rank, int64_t max_loras) {
   return shrink_heur::auto_cluster_small(T, S, max_rank, max_loras) &&
          (max_rank <= 16 || T >= kPdlExpandMinTokensPerLora * std::max<int64_t>(1, max_loras));
+}
+
+// Mid-sized batches (129 to 256 tokens) of at most 2 blocks of 8 rank columns (one slice, rank
+// <= 16), where lora_shrink's automatic choice is the cluster tile: add_lora_linear takes it too, as
+// a programmatic dependent with late trigger (launch_shrink_cluster), before the expand's
+// programmatic launch. Bench A/B against the fused atomic path (results/NOTES.md v25 part 2, 3
+// interleaved rounds, T=256, back to back / cold): one adapter H=4096 9.22 -> 6.58 us (0.71) /
+// 1.02, 8 adapters 0.71 / 0.98, 32 adapters 0.88 / 0.94, H=8192 0.85-0.97 / 0.92-0.97. Not for qkv
+// at rank 16 (6 blocks, which lora_shrink's rule also takes): 0.95 back to back but 1.05-1.14x
+// cold (one adapter: 12.98 -> 14.82 us). Not measured above 256 tokens (v19 measured the cluster
+// chain there before the late trigger: 0.90-1.16 of the atomic path's time).
+constexpr int64_t kMidClusterMaxTokens = 256;
+constexpr int kMidClusterMaxBlocks = 2;
+inline bool mid_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
+  return T > kDecodeMaxTokens && T <= kMidClusterMaxTokens &&
+         shrink_heur::cluster_blocks(S, max_rank) <= kMidClusterMaxBlocks &&
+         shrink_heur::auto_cluster(T, S, max_rank, max_loras);
 }
 
 inline std::size_t workspace_bytes(int64_t max_tokens, int S, int R) {

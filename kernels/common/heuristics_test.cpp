@@ -156,7 +156,8 @@ TEST(ShrinkHeuristics, ClusterTile) {
   // automatic: one slice up to rank 16 for 129..2048 tokens; up to 6 blocks (qkv r=16) to 256
   // tokens with at most 8 adapters; 32..128 tokens with >= 3 blocks (>= 8 below 64 tokens) and
   // >= 8 tokens per adapter;
-  // never rank 64 above 128 tokens, T < 32 or T > 2048
+  // 16..31 tokens only with >= 24 blocks and one adapter's tokens; never rank 64 above 128 tokens,
+  // T < 16 or T > 2048
   EXPECT_TRUE(shrink_heur::auto_cluster(64, 1, 64, 1));
   EXPECT_TRUE(shrink_heur::auto_cluster(64, 3, 16, 8));
   EXPECT_TRUE(shrink_heur::auto_cluster_small(32, 1, 64, 4));
@@ -165,7 +166,11 @@ TEST(ShrinkHeuristics, ClusterTile) {
   EXPECT_TRUE(shrink_heur::auto_cluster_small(128, 3, 64, 16));
   EXPECT_FALSE(shrink_heur::auto_cluster(64, 1, 16, 1));   // 2 blocks
   EXPECT_FALSE(shrink_heur::auto_cluster(64, 1, 64, 32));  // 2 tokens per adapter
-  EXPECT_FALSE(shrink_heur::auto_cluster(16, 3, 64, 1));   // T < 32
+  EXPECT_TRUE(shrink_heur::auto_cluster(16, 3, 64, 1));    // T=16: 24 blocks, one adapter (v25)
+  EXPECT_FALSE(shrink_heur::auto_cluster(16, 3, 64, 2));   // T=16: 8 tokens per adapter
+  EXPECT_FALSE(shrink_heur::auto_cluster(16, 1, 64, 1));   // T=16: 8 blocks
+  EXPECT_FALSE(shrink_heur::auto_cluster(15, 3, 64, 1));   // T < 16
+  EXPECT_TRUE(shrink_heur::auto_cluster(31, 4, 64, 1));    // 32 blocks
   EXPECT_FALSE(shrink_heur::auto_cluster_small(256, 1, 64, 1));
   EXPECT_TRUE(shrink_heur::auto_cluster(256, 1, 16, 32));
   EXPECT_TRUE(shrink_heur::auto_cluster(2048, 1, 16, 1));
@@ -205,7 +210,10 @@ TEST(LinearHeuristics, TilesForManyTokensPerAdapter) {
   EXPECT_TRUE(linear_heur::use_tiles(64, 8, 64));    // 8 per adapter, r=64
   EXPECT_TRUE(linear_heur::use_tiles(16, 1, 64));    // 16 per adapter
   EXPECT_TRUE(linear_heur::use_tiles(64, 32, 64));   // 2 per adapter from T=64: the streaming expand
-  EXPECT_FALSE(linear_heur::use_tiles(32, 16, 64));  // 2 per adapter below T=64: decode kernels
+  EXPECT_TRUE(linear_heur::use_tiles(32, 16, 64));   // 2 per adapter below T=64 too (v25)
+  EXPECT_TRUE(linear_heur::use_tiles(16, 8, 64));    // T=16, 8 adapters of rank 64
+  EXPECT_FALSE(linear_heur::use_tiles(16, 16, 64));  // 1 per adapter: decode kernels
+  EXPECT_FALSE(linear_heur::use_tiles(16, 8, 16));   // r=16 below 32 tokens: decode kernels
   EXPECT_TRUE(linear_heur::use_tiles(64, 8, 16));    // r=16 from 8 per adapter and T >= 32
   EXPECT_FALSE(linear_heur::use_tiles(32, 8, 16));
   EXPECT_FALSE(linear_heur::use_tiles(16, 1, 16));
@@ -221,6 +229,18 @@ TEST(LinearHeuristics, SmallClusterPdlExpand) {
   EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(128, 1, 64, 8));  // 16 per adapter at rank 64
   EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(64, 1, 16, 1));   // not a cluster shape
   EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(256, 3, 16, 1));  // T > 128
+}
+
+// The mid-batch cluster shrink inside add_lora_linear: 129..256 tokens, one slice up to rank 16.
+TEST(LinearHeuristics, MidCluster) {
+  EXPECT_TRUE(linear_heur::mid_cluster(256, 1, 16, 1));
+  EXPECT_TRUE(linear_heur::mid_cluster(256, 1, 16, 32));
+  EXPECT_TRUE(linear_heur::mid_cluster(129, 1, 8, 8));
+  EXPECT_FALSE(linear_heur::mid_cluster(128, 1, 16, 1));  // the small path's rules
+  EXPECT_FALSE(linear_heur::mid_cluster(257, 1, 16, 1));  // not measured
+  EXPECT_FALSE(linear_heur::mid_cluster(256, 3, 16, 1));  // qkv r=16: 6 blocks, slower cold
+  EXPECT_FALSE(linear_heur::mid_cluster(256, 1, 64, 1));  // 8 blocks: not lora_shrink's choice either
+  EXPECT_FALSE(linear_heur::mid_cluster(256, 2, 16, 1));  // 4 blocks
 }
 
 // The held decode build only where it saves a wave (H200: 7 against 8 wide blocks per SM, 132 SMs).
@@ -286,7 +306,8 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   // the streaming one above rank 16; ranks off a multiple of 8: not a prefill (mma) kernel.
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(128, 16, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(32, 16, 0), K::automatic), K::automatic);
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(16, 64, 0), K::automatic), K::automatic);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(16, 64, 0), K::automatic), K::mma_stream);  // 2 per adapter (v25)
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8, 64, 0), K::automatic), K::automatic);     // below 16 tokens
   // 8 tokens per adapter above rank 16 from 64 tokens: the 16-row pipelined tiles
   // (expand_heur::pipe_few_tokens) with an fp32 x; a 16-bit x, or fewer than 64 tokens (not
   // measured), keep the streaming kernel

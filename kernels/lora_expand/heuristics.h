@@ -54,11 +54,15 @@ inline bool use_mma(DType dtype, int64_t T, int max_rank, bool b_aligned) {
 // one slice r=16, T=64, 8 adapters: 4.3 against 5.6; but one or two tokens per adapter stay with
 // the decode kernel (r=16, 32 adapters, T=64: 7.4 against 8.6), as r=16 below 8 tokens per adapter
 // (T=32, 8 adapters: cold 8.1 against 8.6) and T=16 at r=16 (3.6 against 3.7).
+// Above rank 16 two tokens per adapter suffice from T=16 on (until v25 only from T=64): since the
+// 16-row token tiles (v20) the mma kernels win there too (bench A/B, results/NOTES.md v25 part 2,
+// back to back: 8 adapters r=64 at T=16, H=8192 9.40 -> 6.12 us, H=4096 5.56 -> 4.67; mixed ranks
+// 8/16/64 qkv 7.43 -> 5.59; add_lora_linear H=8192 13.98 -> 10.33).
 inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
   if (T < 16 || T > kDecodeMaxTokens) return false;
   const int64_t tpa = T / std::max(1, max_loras);
   if (max_rank <= 16) return T >= 32 && tpa >= 8;
-  return tpa >= 4 || (T >= 64 && tpa >= 2);
+  return tpa >= 2;
 }
 // In small batches above rank 16 the streaming kernel (one tile per block, more blocks) beats the
 // pipelined one (8 tiles per block), up to 512 tokens (LoraExpandPerf, back to back): H=8192 r=64,

@@ -381,16 +381,26 @@ constexpr int64_t kClNarrowMaxTokens = 256;
 // (T=128 one adapter 10.70 -> 4.11 us); qkv r=64 0.44-0.77 / 0.57-0.95; mixed ranks 8/16/64
 // 0.65-0.79 / 0.86-0.93; inside add_lora_linear 0.62-0.98 / 0.68-1.02. Not below 8 tokens per
 // adapter (32 adapters at T=64: 1.2-2.0x slower, each CTA then holds a 2-token tile), not at T=16
-// (the decode kernel: 1.1-1.8x slower, except qkv r=64 with one adapter), not for <= 2 blocks
+// (the decode kernel: 1.1-1.8x slower, except qkv r=64 with one adapter: below), not for <= 2 blocks
 // (1.1-1.2x slower), not for 6 blocks at T=32 (qkv r=16, one adapter: the decode kernel's 3.06
 // against 3.45 us).
 constexpr int64_t kClSmallMinTokens = 32;
+// Below 32 tokens (16 to 31) only the widest shapes, all tokens of one adapter (>= 16 per adapter)
+// over >= 24 blocks (qkv r=64): there the decode kernel re-reads A's 3 x 64 rows per token (v20 c1:
+// the tile 0.75 of its time). Bench A/B (results/NOTES.md v25 part 2, back to back): qkv r=64 one
+// adapter T=16 5.95 -> 4.43 us, add_lora_linear there 9.85 -> 8.50.
+constexpr int64_t kClTinyMinTokens = 16;
+constexpr int kClTinyMinBlocks = 24;
+constexpr int64_t kClTinyMinTokensPerLora = 16;
 constexpr int64_t kClSmallWideMinTokens = 64;  // from here 3 blocks suffice; below, 8
 constexpr int kClSmallMinBlocks = 3;
 constexpr int64_t kClSmallMinTokensPerLora = 8;
 inline bool auto_cluster_small(int64_t T, int S, int max_rank, int64_t max_loras) {
-  if (T < kClSmallMinTokens || T > kClSmallMaxTokens || !cluster_fits(S, max_rank)) return false;
+  if (T > kClSmallMaxTokens || !cluster_fits(S, max_rank)) return false;
   const int blocks = cluster_blocks(S, max_rank);
+  if (T < kClSmallMinTokens && !(T >= kClTinyMinTokens && blocks >= kClTinyMinBlocks &&
+                                 T >= kClTinyMinTokensPerLora * std::max<int64_t>(1, max_loras)))
+    return false;
   if (blocks < (T >= kClSmallWideMinTokens ? kClSmallMinBlocks : kClMaxNbw)) return false;
   return T >= kClSmallMinTokensPerLora * std::max<int64_t>(1, max_loras);
 }

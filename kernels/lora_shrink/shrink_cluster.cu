@@ -36,6 +36,11 @@ constexpr int kW = H::kClThreads / 32;
 struct ClusterParams : ShrinkCore {  // y: [S, T, R] fp32
   int nbs;  // blocks of 8 columns per slice: ceil(R / 8)
   int cpc;  // 32-element k chunks per CTA
+  // 0: every CTA triggers its programmatic dependents at once. 1: a CTA with a tile triggers them
+  // only after its griddepcontrol.wait (CTAs without a tile exit, which counts as a trigger), so the
+  // dependent starts only once the kernel before this one has finished: add_lora_linear's expand,
+  // which loads y before its own wait, may then follow a shrink that is itself a dependent.
+  int late_trigger;
 };
 
 __device__ __forceinline__ uint4 ld16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
@@ -46,10 +51,12 @@ __global__ void __launch_bounds__(H::kClThreads, 2) shrink_cluster_kernel(Cluste
   constexpr int BM = 16 * MG, NC = NBW * 8;
   constexpr int kUnroll = MG == 1 ? 4 : 2;  // chunks per warp in flight (registers: MG * 2 + NBW 16-byte loads each)
   __shared__ __align__(16) float part[kW][BM * NC];
-  pdl_launch_dependents();
+  if (!p.late_trigger) pdl_launch_dependents();
   // Before griddepcontrol.wait: only the metadata and the ranks (as every lora_shrink kernel).
   TileRef tr;
-  // blockIdx.z is the same for every CTA of a cluster: they all return here, or none does.
+  // blockIdx.z is the same for every CTA of a cluster: they all return here, or none does. With
+  // late_trigger a returning CTA needs no wait: a launch with tokens has at least one tile (the -1
+  // tile included), and its CTAs wait before they trigger.
   if (!find_tile(p.meta, p.L + 1, BM, int(blockIdx.z), tr, true)) return;
   cgrp::cluster_group cluster = cgrp::this_cluster();
   const int crank = int(cluster.block_rank());
@@ -64,6 +71,7 @@ __global__ void __launch_bounds__(H::kClThreads, 2) shrink_cluster_kernel(Cluste
 
   if (r == 0) {  // a -1 tile or a rank-0 adapter: zeros, uniform over the cluster (no exchange)
     pdl_wait();
+    if (p.late_trigger) pdl_launch_dependents();
     for (int e = tid; e < rpc * NC; e += H::kClThreads) {
       const int row = crank * rpc + e / NC, col = e % NC, gb = gb0 + col / 8;
       if (row >= nrows || gb >= nblk) continue;
@@ -96,6 +104,7 @@ __global__ void __launch_bounds__(H::kClThreads, 2) shrink_cluster_kernel(Cluste
     arow[nb] = act[nb] && j < r ? static_cast<const T*>(p.a[s]) + (int64_t(l) * p.R + j) * p.K : nullptr;
   }
   pdl_wait();  // x may be written, and y read, by the previous kernel on the stream
+  if (p.late_trigger) pdl_launch_dependents();
 
   float acc[MG][NBW][4] = {};
 
@@ -224,7 +233,7 @@ bool shrink_cluster_ok(const LoraShrinkArgs& a) {
   return shrink_vec_ok(a, shrink_core(a));
 }
 
-void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool pdl) {
+void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool pdl, bool late_trigger) {
   PUNICA_REQUIRE(shrink_cluster_ok(a), ErrorKind::runtime, "lora_shrink: the cluster tile does not take this shape");
   if (a.num_tokens == 0 || a.max_rank == 0) return;
   ClusterParams p{};
@@ -232,6 +241,7 @@ void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool pd
   const H::ClusterConfig c = H::cluster_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, a.max_loras, num_sms_cached());
   p.nbs = (a.max_rank + 7) / 8;
   p.cpc = c.chunks_per_cta;
+  p.late_trigger = late_trigger ? 1 : 0;
   PUNICA_REQUIRE(c.tiles <= 65535, ErrorKind::usage, "lora_shrink: too many tokens for the cluster tile");
   if (a.dtype == DType::bf16) launch_t<__nv_bfloat16>(p, c, stream, pdl);
   else launch_t<__half>(p, c, stream, pdl);
