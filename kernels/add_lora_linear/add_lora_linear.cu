@@ -95,7 +95,8 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     // The cluster shrink with late trigger where linear_heur::mid_cluster says (its expand may then
     // follow it as a programmatic dependent that loads y early); else the fused / atomic kernels,
     // which start behind an ordinary launch (the zero kernel, or the shrink itself).
-    if (linear_heur::mid_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) && detail::shrink_cluster_ok(sa))
+    if (linear_heur::mid_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras, a.hidden) &&
+        detail::shrink_cluster_ok(sa))
       detail::launch_shrink_cluster(sa, stream, true, true);
     else
       detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);

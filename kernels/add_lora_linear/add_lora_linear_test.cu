@@ -325,7 +325,7 @@ void perf_shape(const PerfShape& p) {
 // zero kernel), 3 slices.
 TEST(AddLoraLinear, LateInputs) {
   // T=255, one slice of rank <= 16: the mid-batch cluster shrink with late trigger.
-  ASSERT_TRUE(linear_heur::mid_cluster(255, 1, 16, 4));
+  ASSERT_TRUE(linear_heur::mid_cluster(255, 1, 16, 4, 4096));
   for (int T : {1, 16, 64, 255, 2048, 8192})
     for (bool twice : {false, true}) {
       LinearCase c{DType::bf16, T, 4096, {1024}, {16, 8, 0, 16}};

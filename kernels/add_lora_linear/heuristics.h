@@ -61,20 +61,23 @@ inline bool small_cluster_pdl_expand(int64_t T, int S, int max_rank, int64_t max
          (max_rank <= 16 || T >= kPdlExpandMinTokensPerLora * std::max<int64_t>(1, max_loras));
 }
 
-// Mid-sized batches (129 to 256 tokens) of at most 2 blocks of 8 rank columns (one slice, rank
-// <= 16), where lora_shrink's automatic choice is the cluster tile: add_lora_linear takes it too, as
-// a programmatic dependent with late trigger (launch_shrink_cluster), before the expand's
-// programmatic launch. Bench A/B against the fused atomic path (results/NOTES.md v25 part 2, 3
-// interleaved rounds, T=256, back to back / cold): one adapter H=4096 9.22 -> 6.58 us (0.71) /
-// 1.02, 8 adapters 0.71 / 0.98, 32 adapters 0.88 / 0.94, H=8192 0.85-0.97 / 0.92-0.97. Not for qkv
-// at rank 16 (6 blocks, which lora_shrink's rule also takes): 0.95 back to back but 1.05-1.14x
-// cold (one adapter: 12.98 -> 14.82 us). Not measured above 256 tokens (v19 measured the cluster
-// chain there before the late trigger: 0.90-1.16 of the atomic path's time).
+// Mid-sized batches of at most 2 blocks of 8 rank columns (one slice, rank <= 16), where
+// lora_shrink's automatic choice is the cluster tile: add_lora_linear takes it too, as a
+// programmatic dependent with late trigger (launch_shrink_cluster), before the expand's programmatic
+// launch, for 129-256 tokens, and up to 1024 tokens at hidden sizes up to 4096. Bench A/Bs against
+// the fused atomic path (results/NOTES.md v25 parts 2 and 4, 3 interleaved rounds, back to back /
+// cold): T=256 one adapter H=4096 9.22 -> 6.58 us (0.71) / 1.02, 8 adapters 0.71 / 0.98, 32
+// adapters 0.88 / 0.94, H=8192 0.85-0.97 / 0.92-0.97; H=4096 T=512 0.84-0.92 / 0.95-1.03, T=1024
+// 0.93-0.97 / 0.91-0.97. Not at H=4096 T=2048 (1.02-1.07 back to back), nor at H=8192 from 512
+// tokens (0.95-1.04 at T=512, 1.04-1.10 at T=1024, 1.18-1.26 at T=2048). Not for qkv at rank 16
+// (6 blocks, which lora_shrink's rule also takes): 0.95 back to back but 1.05-1.14x cold at T=256.
 constexpr int64_t kMidClusterMaxTokens = 256;
+constexpr int64_t kMidClusterNarrowKMaxTokens = 1024;
+constexpr int64_t kMidClusterNarrowMaxK = 4096;
 constexpr int kMidClusterMaxBlocks = 2;
-inline bool mid_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
-  return T > kDecodeMaxTokens && T <= kMidClusterMaxTokens &&
-         shrink_heur::cluster_blocks(S, max_rank) <= kMidClusterMaxBlocks &&
+inline bool mid_cluster(int64_t T, int S, int max_rank, int64_t max_loras, int64_t K) {
+  const int64_t max_t = K <= kMidClusterNarrowMaxK ? kMidClusterNarrowKMaxTokens : kMidClusterMaxTokens;
+  return T > kDecodeMaxTokens && T <= max_t && shrink_heur::cluster_blocks(S, max_rank) <= kMidClusterMaxBlocks &&
          shrink_heur::auto_cluster(T, S, max_rank, max_loras);
 }
 

@@ -231,16 +231,20 @@ TEST(LinearHeuristics, SmallClusterPdlExpand) {
   EXPECT_FALSE(linear_heur::small_cluster_pdl_expand(256, 3, 16, 1));  // T > 128
 }
 
-// The mid-batch cluster shrink inside add_lora_linear: 129..256 tokens, one slice up to rank 16.
+// The mid-batch cluster shrink inside add_lora_linear: one slice up to rank 16, 129..256 tokens,
+// to 1024 at hidden sizes up to 4096.
 TEST(LinearHeuristics, MidCluster) {
-  EXPECT_TRUE(linear_heur::mid_cluster(256, 1, 16, 1));
-  EXPECT_TRUE(linear_heur::mid_cluster(256, 1, 16, 32));
-  EXPECT_TRUE(linear_heur::mid_cluster(129, 1, 8, 8));
-  EXPECT_FALSE(linear_heur::mid_cluster(128, 1, 16, 1));  // the small path's rules
-  EXPECT_FALSE(linear_heur::mid_cluster(257, 1, 16, 1));  // not measured
-  EXPECT_FALSE(linear_heur::mid_cluster(256, 3, 16, 1));  // qkv r=16: 6 blocks, slower cold
-  EXPECT_FALSE(linear_heur::mid_cluster(256, 1, 64, 1));  // 8 blocks: not lora_shrink's choice either
-  EXPECT_FALSE(linear_heur::mid_cluster(256, 2, 16, 1));  // 4 blocks
+  EXPECT_TRUE(linear_heur::mid_cluster(256, 1, 16, 1, 8192));
+  EXPECT_TRUE(linear_heur::mid_cluster(256, 1, 16, 32, 4096));
+  EXPECT_TRUE(linear_heur::mid_cluster(129, 1, 8, 8, 8192));
+  EXPECT_TRUE(linear_heur::mid_cluster(1024, 1, 16, 8, 4096));
+  EXPECT_TRUE(linear_heur::mid_cluster(600, 1, 16, 1, 2049));
+  EXPECT_FALSE(linear_heur::mid_cluster(512, 1, 16, 1, 8192));   // H=8192 from 512 tokens
+  EXPECT_FALSE(linear_heur::mid_cluster(1025, 1, 16, 1, 4096));  // H=4096 T=2048: slower
+  EXPECT_FALSE(linear_heur::mid_cluster(128, 1, 16, 1, 4096));   // the small path's rules
+  EXPECT_FALSE(linear_heur::mid_cluster(256, 3, 16, 1, 4096));   // qkv r=16: 6 blocks, slower cold
+  EXPECT_FALSE(linear_heur::mid_cluster(256, 1, 64, 1, 4096));   // 8 blocks: not lora_shrink's choice either
+  EXPECT_FALSE(linear_heur::mid_cluster(256, 2, 16, 1, 4096));   // 4 blocks
 }
 
 // The held decode build only where it saves a wave (H200: 7 against 8 wide blocks per SM, 132 SMs).
