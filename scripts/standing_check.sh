@@ -7,7 +7,7 @@
 #                                        Llama-3-8B filter (l8.tgz; its layers_ci JSON is the one
 #                                        kept), the microbench (m.tgz)
 # Until v25 part a also ran the 70B layers: 570 s of the 600 in NOTES v23 (q 213, f 198, l 158 s;
-# part b 294 s with a microbench that then ran to its cap). Now about 410 s and 380 s (the
+# part b 294 s with a microbench that then ran to its cap). Estimated now ~410 s and ~380 s (the
 # microbench takes ~80 s since 1822444, NOTES v24-v25).
 #   scripts/standing_check.sh OUTDIR s   on a 1-GPU machine: quick + bench (q.tgz), full (f.tgz) and
 #                                        the microbench (m.tgz) in one call (443 s: 175 + 191 + 76 s in

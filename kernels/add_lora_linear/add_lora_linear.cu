@@ -91,25 +91,21 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     } else {
       launch_lora_expand(ea, stream);
     }
-  } else if (!small) {
-    // The cluster shrink with late trigger where linear_heur::mid_cluster says (its expand may then
-    // follow it as a programmatic dependent that loads y early); else the fused / atomic kernels,
-    // which start behind an ordinary launch (the zero kernel, or the shrink itself).
-    if (linear_heur::mid_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras, a.hidden) &&
-        detail::shrink_cluster_ok(sa))
-      detail::launch_shrink_cluster(sa, stream, true, true);
-    else
-      detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
-    detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
-  } else if (auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, a.max_loras) &&
+  } else if ((small ? auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)
+                   : linear_heur::mid_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras, a.hidden)) &&
              detail::shrink_cluster_ok(sa)) {
     // The cluster shrink as a programmatic dependent of the kernel before it, whose CTAs trigger
     // their own dependents only after their griddepcontrol.wait (late_trigger), then the expand as
     // its programmatic dependent: the shrink's launch and metadata loads overlap the kernel before
     // it, and the expand's y and B loads, issued before its own wait, overlap the shrink; the
     // expand launches only once that kernel has finished, so it cannot see y before its writes.
-    detail::launch_shrink_cluster(sa, stream, true, true);
+    detail::launch_shrink_cluster(sa, stream, true);
     detail::launch_lora_expand_after_shrink(ea, stream);
+  } else if (!small) {
+    // The fused / atomic kernels, which start behind an ordinary launch (the zero kernel, or the
+    // shrink itself), so the expand may load y early.
+    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
+    detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
   } else {
     // Decode-sized batch through the mma expand: B read once per adapter instead of once per
     // token. The small-batch shrink may itself be a programmatic dependent of the kernel before

@@ -44,11 +44,11 @@ int num_sms_cached();
 bool cluster_available();
 // The cluster tile takes this call (dtypes, alignment, ranks, device); launch_shrink_cluster requires it.
 bool shrink_cluster_ok(const LoraShrinkArgs& a);
-// pdl: a programmatic dependent of the kernel before it on the stream (griddepcontrol.wait before
-// x is read). late_trigger: its own dependents may launch only once every CTA has passed that wait,
-// i.e. once the kernel before it has finished, so that a dependent may read what that kernel wrote
-// before its own wait (add_lora_linear's expand, which loads y early); without it (pdl and
-// early trigger) such a dependent could see y before the kernel before the shrink wrote it.
-void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool pdl = true, bool late_trigger = false);
+// Launched as a programmatic dependent of the kernel before it on the stream (griddepcontrol.wait
+// before x is read). late_trigger: its own dependents may launch only once every CTA has passed that
+// wait, i.e. once the kernel before it has finished, so that a dependent may read what that kernel
+// wrote before its own wait (add_lora_linear's expand, which loads y early); without it such a
+// dependent could see y before the kernel before the shrink wrote it.
+void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool late_trigger = false);
 
 }  // namespace punica::kernels::detail

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(H::kClThreads, 2) shrink_cluster_kernel(Cluste
 }
 
 template <class T, int MG, int NBW>
-void launch_cfg(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st, bool pdl) {
+void launch_cfg(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(c.cluster), unsigned(c.ncg), unsigned(c.tiles));
   cfg.blockDim = dim3(H::kClThreads);
@@ -191,24 +191,24 @@ void launch_cfg(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t 
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 2 : 1;
+  cfg.numAttrs = 2;
   PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, shrink_cluster_kernel<T, MG, NBW>, p));
 }
 
 template <class T, int MG>
-void launch_mg(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st, bool pdl) {
+void launch_mg(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st) {
   switch (c.nbw) {
-    case 2: return launch_cfg<T, MG, 2>(p, c, st, pdl);
-    case 4: return launch_cfg<T, MG, 4>(p, c, st, pdl);
-    case 6: return launch_cfg<T, MG, 6>(p, c, st, pdl);
-    default: return launch_cfg<T, MG, 8>(p, c, st, pdl);
+    case 2: return launch_cfg<T, MG, 2>(p, c, st);
+    case 4: return launch_cfg<T, MG, 4>(p, c, st);
+    case 6: return launch_cfg<T, MG, 6>(p, c, st);
+    default: return launch_cfg<T, MG, 8>(p, c, st);
   }
 }
 
 template <class T>
-void launch_t(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st, bool pdl) {
-  if (c.mg == 1) launch_mg<T, 1>(p, c, st, pdl);
-  else launch_mg<T, 2>(p, c, st, pdl);
+void launch_t(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st) {
+  if (c.mg == 1) launch_mg<T, 1>(p, c, st);
+  else launch_mg<T, 2>(p, c, st);
 }
 
 }  // namespace
@@ -233,7 +233,7 @@ bool shrink_cluster_ok(const LoraShrinkArgs& a) {
   return shrink_vec_ok(a, shrink_core(a));
 }
 
-void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool pdl, bool late_trigger) {
+void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool late_trigger) {
   PUNICA_REQUIRE(shrink_cluster_ok(a), ErrorKind::runtime, "lora_shrink: the cluster tile does not take this shape");
   if (a.num_tokens == 0 || a.max_rank == 0) return;
   ClusterParams p{};
@@ -243,8 +243,8 @@ void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool pd
   p.cpc = c.chunks_per_cta;
   p.late_trigger = late_trigger ? 1 : 0;
   PUNICA_REQUIRE(c.tiles <= 65535, ErrorKind::usage, "lora_shrink: too many tokens for the cluster tile");
-  if (a.dtype == DType::bf16) launch_t<__nv_bfloat16>(p, c, stream, pdl);
-  else launch_t<__half>(p, c, stream, pdl);
+  if (a.dtype == DType::bf16) launch_t<__nv_bfloat16>(p, c, stream);
+  else launch_t<__half>(p, c, stream);
 }
 
 }  // namespace detail
