@@ -429,6 +429,23 @@ TEST(ExpandHeuristics, SmallTokenTiles) {
   EXPECT_EQ(small_bm(2048, 8, 32, 132), 64);
 }
 
+// The pipelined expand's token-tile estimate for its tiles-per-block choice: one partial tile per
+// adapter of an even split, never below ceil(T / BM).
+TEST(ExpandHeuristics, PipeTokenTiles) {
+  using expand_heur::pipe_token_tiles;
+  EXPECT_EQ(pipe_token_tiles(256, 1, 64), 4);      // one adapter: ceil(T / BM)
+  EXPECT_EQ(pipe_token_tiles(256, 32, 64), 32);    // 8 tokens each: a tile per adapter (was 4)
+  EXPECT_EQ(pipe_token_tiles(64, 32, 16), 32);     // 2 tokens each, 16-row tiles (was 4)
+  EXPECT_EQ(pipe_token_tiles(256, 8, 64), 8);      // 32 tokens each
+  EXPECT_EQ(pipe_token_tiles(2048, 32, 64), 32);   // 64 tokens each: exactly T / BM
+  EXPECT_EQ(pipe_token_tiles(8192, 8, 64), 128);
+  EXPECT_EQ(pipe_token_tiles(100, 3, 64), 3);      // 34 tokens each
+  EXPECT_EQ(pipe_token_tiles(130, 2, 64), 4);      // 65 each: two tiles per adapter
+  EXPECT_EQ(pipe_token_tiles(5, 32, 16), 5);       // fewer tokens than adapters
+  EXPECT_EQ(pipe_token_tiles(0, 8, 64), 0);
+  EXPECT_EQ(pipe_token_tiles(64, 0, 64), 1);       // no adapter slot: treated as one
+}
+
 // The pipelined expand's column tiles per block at rank <= 16: 3 for two or more slices, 4 for one
 // (results/NOTES.md v17 part 1).
 TEST(ExpandHeuristics, PipeTilesMultiSlice) {

@@ -40,6 +40,22 @@ constexpr int kPipeTiles64 = 8;
 // adapter, 10.9 -> 11.7 us with 3).
 inline int pipe_tiles16(int num_slices) { return num_slices >= 2 ? 3 : kPipeTiles16; }
 
+// Token tiles of BM rows that the pipelined kernel's blocks will find, estimated on the host for
+// its tiles-per-block choice (ntb = the smallest count that fits the tiles into one wave of
+// resident blocks, capped as above). Each adapter's tokens start a new tile, so with T tokens spread
+// evenly over min(max_loras, T) adapters (every slot active: the host cannot read the metadata, and
+// small_bm assumes the same) that is min(L, T) * ceil(ceil(T / min(L, T)) / BM), never fewer than
+// ceil(T / BM). Until v26 the count was ceil(T / BM), which is exact for one adapter but with many
+// adapters of few tokens each undercounts the tiles up to L-fold: H=8192 r=16, 32 adapters, T=256
+// (8 tokens each) took one column tile per block, 2048 one-tile blocks in ~4 waves, and T=64 at
+// rank 64 (16-row tiles, 2 tokens per adapter) 2048 blocks in ~5 waves, slower than T=256 there.
+inline int64_t pipe_token_tiles(int64_t T, int64_t max_loras, int bm) {
+  if (T <= 0) return 0;
+  const int64_t l = std::max<int64_t>(1, std::min<int64_t>(max_loras, T));
+  const int64_t per = (T + l - 1) / l;
+  return std::max((T + bm - 1) / bm, l * ((per + bm - 1) / bm));
+}
+
 // The mma kernels' shape preconditions (16-bit B and y, 16-byte B rows).
 inline bool mma_shape_ok(DType dtype, int max_rank, bool b_aligned) {
   return dtype != DType::f32 && max_rank % 8 == 0 && b_aligned;

@@ -376,7 +376,8 @@ int64_t column_tiles(const ExpandParams& e, int bn) {
 enum class ExpandLaunch { ordinary, after_shrink, standalone };
 
 // Pipelined kernel (max_rank <= RK): groups of ntb column tiles of one slice per block, ntb at most
-// max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block).
+// max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block;
+// the tile count is H::pipe_token_tiles' estimate, one partial tile per adapter).
 template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
 void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
                  int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary) {
@@ -395,7 +396,7 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int3
     slots = std::max(1, sms * per_sm);
     slots_cache[dev & 63].store(slots, std::memory_order_relaxed);
   }
-  const int64_t items = column_tiles(e, BN) * ((e.T + BM - 1) / BM);
+  const int64_t items = column_tiles(e, BN) * H::pipe_token_tiles(e.T, e.L, BM);
   const int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
   int64_t gx = 0;
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
