@@ -112,6 +112,14 @@ inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms
   }
   return T <= kSmallBm16MaxTokens ? 16 : 32;
 }
+// Rank <= 16 above 128 tokens with several adapters of at most 16 tokens each on average (experiment,
+// v26): 16-row tiles in the pipelined kernel. Each adapter's tokens fill one tile at any tile
+// height, so B is read once per adapter either way, while the 16-row tile's 18 KB of stages let
+// twice the blocks per SM of the 64-row tile's 48 KB.
+constexpr int64_t kPipe16FewMaxTokensPerLora = 16;
+inline bool pipe16_few(int64_t T, int64_t max_loras) {
+  return T > kSmallBm16MaxTokens && max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
+}
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with
 // under 16 tokens per adapter. Measured (bench_lora_ops, back to back, streaming at git 3f6770a

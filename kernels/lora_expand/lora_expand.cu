@@ -473,7 +473,9 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
       if (choice.few)
         return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, how);
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
-        const int bm = H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());
+        const int bm = kind == K::mma_pipe && H::pipe16_few(a.num_tokens, a.max_loras)
+                           ? 16
+                           : H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());
         if (kind == K::mma_pipe) {
           if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
           if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
