@@ -221,6 +221,12 @@ TEST(LoraExpand, SmallTokenTiles) {
   run({DType::f16, DType::f32, 40, {1024}, {64, 40}, false, 0}, K::mma_stream);    // streaming, 16-row tiles
   run({DType::bf16, DType::f32, 300, {4096}, {64, 40}, true, 0}, K::mma_stream);   // streaming, 32-row tiles
   run({DType::bf16, DType::f32, 300, {4096}, {16, 5}, true, 0}, K::mma_pipe);      // pipelined, 32-row tiles
+  // rank <= 16 above 128 tokens, <= 16 tokens per adapter (expand_heur::pipe16_few): 16-row tiles,
+  // 32 adapters of ranks 0-16 over 3 unequal slices, and 20 adapters with add_inputs off
+  std::vector<int> r32;
+  for (int l = 0; l < 32; ++l) r32.push_back(l == 7 ? 0 : 1 + (l * 5) % 16);
+  run({DType::bf16, DType::f32, 255, {4096, 1024, 1000}, r32, true, 0}, K::mma_pipe);
+  run({DType::f16, DType::f32, 300, {2048}, std::vector<int>(r32.begin(), r32.begin() + 20), false, 0}, K::mma_pipe);
 }
 // Few tokens per adapter above rank 16 through the automatic choice: the pipelined kernel with
 // 16-row tiles (expand_heur::pipe_few_tokens): 32 adapters at T = 64 / 255 / 500 (up to 16 tokens
