@@ -446,6 +446,17 @@ TEST(ExpandHeuristics, PipeTokenTiles) {
   EXPECT_EQ(pipe_token_tiles(64, 0, 64), 1);       // no adapter slot: treated as one
 }
 
+// 16-row pipelined tiles above 128 tokens only with several adapters of <= 16 tokens each.
+TEST(ExpandHeuristics, Pipe16Few) {
+  using expand_heur::pipe16_few;
+  EXPECT_TRUE(pipe16_few(256, 32));    // 8 tokens per adapter
+  EXPECT_TRUE(pipe16_few(512, 32));    // 16: the bound
+  EXPECT_FALSE(pipe16_few(513, 32));
+  EXPECT_FALSE(pipe16_few(256, 8));    // 32 per adapter: small_bm decides
+  EXPECT_FALSE(pipe16_few(128, 32));   // up to 128 tokens small_bm already takes 16 rows
+  EXPECT_FALSE(pipe16_few(256, 1));    // one adapter: B would be re-read per tile
+}
+
 // The pipelined expand's column tiles per block at rank <= 16: 3 for two or more slices, 4 for one
 // (results/NOTES.md v17 part 1).
 TEST(ExpandHeuristics, PipeTilesMultiSlice) {

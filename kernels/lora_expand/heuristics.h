@@ -49,6 +49,11 @@ inline int pipe_tiles16(int num_slices) { return num_slices >= 2 ? 3 : kPipeTile
 // adapters of few tokens each undercounts the tiles up to L-fold: H=8192 r=16, 32 adapters, T=256
 // (8 tokens each) took one column tile per block, 2048 one-tile blocks in ~4 waves, and T=64 at
 // rank 64 (16-row tiles, 2 tokens per adapter) 2048 blocks in ~5 waves, slower than T=256 there.
+// Measured on the H200 (bench A/B, exp/pipe-ntb against 5771315, T=64 / 256, 3 interleaved rounds,
+// results/NOTES.md v26 part 2, back to back / cold): expand 32 adapters r=64 T=64 H=8192 19.56 ->
+// 13.35 us (0.68 / 0.75), qkv 0.67 / 0.74, H=4096 0.75 / 0.81; r=16 T=256 H=8192 15.81 -> 11.60
+// (0.73 / 0.78); add_lora_linear 0.82-0.87 there and with mixed ranks at T=256; every other case
+// 0.99-1.01.
 inline int64_t pipe_token_tiles(int64_t T, int64_t max_loras, int bm) {
   if (T <= 0) return 0;
   const int64_t l = std::max<int64_t>(1, std::min<int64_t>(max_loras, T));
@@ -98,7 +103,8 @@ inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxToken
 // - 4 per SM with several adapters (exp/linear-small-pdl against b0cf3f6, T=64 / 256 / 512): 8
 //   adapters 0.82-0.96 (qkv r=64 T=64: 9.45 -> 7.77 us), every other case 0.97-1.03. With one adapter
 //   4 per SM lost 1.06-1.44x at T=256 (16-row tiles: B re-read per tile) and 32-row tiles lost
-//   1.06-1.25x at T=512, hence 2 per SM there and no 16-row tiles above 128 tokens.
+//   1.06-1.25x at T=512, hence 2 per SM there and no 16-row tiles above 128 tokens
+//   (except many adapters of few tokens each at rank <= 16: pipe16_few below).
 // fp32 x only (the intermediate of add_lora_linear and of the bench), so that the 16-bit-x variants
 // are not instantiated.
 constexpr int kSmallBmBlocksPerSm = 4;     // with >= 2 adapters
@@ -112,10 +118,14 @@ inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms
   }
   return T <= kSmallBm16MaxTokens ? 16 : 32;
 }
-// Rank <= 16 above 128 tokens with several adapters of at most 16 tokens each on average (experiment,
-// v26): 16-row tiles in the pipelined kernel. Each adapter's tokens fill one tile at any tile
-// height, so B is read once per adapter either way, while the 16-row tile's 18 KB of stages let
-// twice the blocks per SM of the 64-row tile's 48 KB.
+// Rank <= 16 above 128 tokens with several adapters of at most 16 tokens each on average: 16-row
+// tiles in the pipelined kernel (small_bm's one-adapter loss at T=256 came from B re-read per
+// tile; here each adapter's tokens fill one tile at any height, so B is read once per adapter
+// either way), whose 18 KB of stages let twice the blocks per SM of the 64-row tile's 48 KB.
+// Measured on the H200 (bench A/B, exp/pipe16-few against 994ed0a, results/NOTES.md v26 part 3,
+// back to back / cold): 32 adapters T=256 expand H=8192 11.52 -> 8.16 us (0.71 / 0.79), qkv 0.76 /
+// 0.82, H=4096 0.83 / 0.87, add_lora_linear 0.78-0.88; T=384 / 512 (axis override) expand
+// 0.78-0.96, add_lora_linear 0.85-0.91; every other case 0.99-1.004.
 constexpr int64_t kPipe16FewMaxTokensPerLora = 16;
 inline bool pipe16_few(int64_t T, int64_t max_loras) {
   return T > kSmallBm16MaxTokens && max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
