@@ -216,6 +216,10 @@ TEST(LinearHeuristics, TilesForManyTokensPerAdapter) {
   EXPECT_FALSE(linear_heur::use_tiles(16, 8, 16));   // r=16 below 32 tokens: decode kernels
   EXPECT_TRUE(linear_heur::use_tiles(64, 8, 16));    // r=16 from 8 per adapter and T >= 32
   EXPECT_FALSE(linear_heur::use_tiles(32, 8, 16));
+  EXPECT_TRUE(linear_heur::use_tiles(64, 32, 16));   // r=16, 2 per adapter from T=64 (v26)
+  EXPECT_TRUE(linear_heur::use_tiles(128, 32, 16));
+  EXPECT_FALSE(linear_heur::use_tiles(32, 32, 16));  // 1 per adapter: decode kernels
+  EXPECT_FALSE(linear_heur::use_tiles(64, 64, 16));
   EXPECT_FALSE(linear_heur::use_tiles(16, 1, 16));
   EXPECT_FALSE(linear_heur::use_tiles(8, 1, 64));    // below 16 tokens: decode kernels
   EXPECT_TRUE(linear_heur::use_tiles(129, 64, 16));  // prefill
@@ -453,7 +457,9 @@ TEST(ExpandHeuristics, Pipe16Few) {
   EXPECT_TRUE(pipe16_few(512, 32));    // 16: the bound
   EXPECT_FALSE(pipe16_few(513, 32));
   EXPECT_FALSE(pipe16_few(256, 8));    // 32 per adapter: small_bm decides
-  EXPECT_FALSE(pipe16_few(128, 32));   // up to 128 tokens small_bm already takes 16 rows
+  EXPECT_TRUE(pipe16_few(128, 32));    // also up to 128 tokens (small_bm would take 64 rows)
+  EXPECT_TRUE(pipe16_few(64, 8));      // 8 per adapter
+  EXPECT_FALSE(pipe16_few(64, 2));     // 32 per adapter
   EXPECT_FALSE(pipe16_few(256, 1));    // one adapter: B would be re-read per tile
 }
 

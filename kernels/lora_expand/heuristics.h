@@ -72,17 +72,27 @@ inline bool use_mma(DType dtype, int64_t T, int max_rank, bool b_aligned) {
 // bound) also take the mma kernels: the decode kernel reads B once per token, they read it once
 // per token tile. Measured on the H200 (LoraExpandPerf, results/NOTES.md v8, back to back): one
 // slice H=8192 r=64, one adapter, T=64: 5.7 us against 30.4; 8 adapters: 8.6 against 25.1;
-// one slice r=16, T=64, 8 adapters: 4.3 against 5.6; but one or two tokens per adapter stay with
-// the decode kernel (r=16, 32 adapters, T=64: 7.4 against 8.6), as r=16 below 8 tokens per adapter
-// (T=32, 8 adapters: cold 8.1 against 8.6) and T=16 at r=16 (3.6 against 3.7).
+// one slice r=16, T=64, 8 adapters: 4.3 against 5.6; but (until v26, below) one or two tokens per
+// adapter stayed with the decode kernel (r=16, 32 adapters, T=64: 7.4 against 8.6), as r=16 below
+// 8 tokens per adapter (T=32, 8 adapters: cold 8.1 against 8.6) and T=16 at r=16 (3.6 against 3.7).
 // Above rank 16 two tokens per adapter suffice from T=16 on (until v25 only from T=64): since the
 // 16-row token tiles (v20) the mma kernels win there too (bench A/B, results/NOTES.md v25 part 2,
 // back to back: 8 adapters r=64 at T=16, H=8192 9.40 -> 6.12 us, H=4096 5.56 -> 4.67; mixed ranks
 // 8/16/64 qkv 7.43 -> 5.59; add_lora_linear H=8192 13.98 -> 10.33).
+// At rank <= 16 two tokens per adapter suffice from T=64 on (v26): with the tiles-per-block estimate
+// that counts a tile per adapter (pipe_token_tiles) and 16-row tiles for few tokens per adapter
+// (pipe16_few), the mma kernel reads each adapter's B once where the decode kernel re-reads it per
+// token. Measured (bench A/B, exp/v2-mma-many against e1b69b4, 3 / 2 interleaved rounds,
+// results/NOTES.md v26 part 4, back to back / cold), 32 adapters of rank 16: T=128 (axis override)
+// expand H=8192 17.10 -> 7.34 us (0.43 / 0.57), H=4096 0.49 / 0.68, qkv 0.55 / 0.69,
+// add_lora_linear 0.45-0.55 / 0.49-0.65; T=64 expand H=8192 9.32 -> 7.02 (0.75 / 0.77), qkv 0.92 /
+// 0.84, H=4096 0.94 / 0.87, add_lora_linear 0.82-0.95; but T=32 (one token per adapter) 1.12-1.53x
+// slower, hence T >= 64 and tpa >= 2.
+constexpr int64_t kMma16ManyMinTokens = 64;
 inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
   if (T < 16 || T > kDecodeMaxTokens) return false;
   const int64_t tpa = T / std::max(1, max_loras);
-  if (max_rank <= 16) return T >= 32 && tpa >= 8;
+  if (max_rank <= 16) return (T >= 32 && tpa >= 8) || (T >= kMma16ManyMinTokens && tpa >= 2);
   return tpa >= 2;
 }
 // In small batches above rank 16 the streaming kernel (one tile per block, more blocks) beats the
@@ -127,8 +137,11 @@ inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms
 // 0.82, H=4096 0.83 / 0.87, add_lora_linear 0.78-0.88; T=384 / 512 (axis override) expand
 // 0.78-0.96, add_lora_linear 0.85-0.91; every other case 0.99-1.004.
 constexpr int64_t kPipe16FewMaxTokensPerLora = 16;
+// From v26 part 4 also up to 128 tokens, where small_bm would take 64 or 32 rows because the
+// estimated partial tiles of many adapters fill the grid (32 adapters at T=64 / 128; 8 adapters
+// at T=128 H=8192 add_lora_linear 12.11 -> 11.45 us, the rest within 1%).
 inline bool pipe16_few(int64_t T, int64_t max_loras) {
-  return T > kSmallBm16MaxTokens && max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
+  return max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
 }
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with

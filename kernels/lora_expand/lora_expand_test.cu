@@ -227,6 +227,11 @@ TEST(LoraExpand, SmallTokenTiles) {
   for (int l = 0; l < 32; ++l) r32.push_back(l == 7 ? 0 : 1 + (l * 5) % 16);
   run({DType::bf16, DType::f32, 255, {4096, 1024, 1000}, r32, true, 0}, K::mma_pipe);
   run({DType::f16, DType::f32, 300, {2048}, std::vector<int>(r32.begin(), r32.begin() + 20), false, 0}, K::mma_pipe);
+  // ... and from 64 tokens at 2 per adapter (expand_heur::small_batch_mma, v26): T = 64 / 128 over 32
+  // adapters, 16-row tiles; T = 100 over 20 adapters with add_inputs off
+  run({DType::bf16, DType::f32, 64, {4096, 1024, 1000}, r32, true, 0}, K::mma_pipe);
+  run({DType::bf16, DType::f32, 128, {2048}, r32, true, 8}, K::mma_pipe);
+  run({DType::f16, DType::f32, 100, {1000}, std::vector<int>(r32.begin(), r32.begin() + 20), false, 0}, K::mma_pipe);
 }
 // Few tokens per adapter above rank 16 through the automatic choice: the pipelined kernel with
 // 16-row tiles (expand_heur::pipe_few_tokens): 32 adapters at T = 64 / 255 / 500 (up to 16 tokens
