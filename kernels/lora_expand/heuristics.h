@@ -131,7 +131,9 @@ inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms
 // Rank <= 16 above 128 tokens with several adapters of at most 16 tokens each on average: 16-row
 // tiles in the pipelined kernel (small_bm's one-adapter loss at T=256 came from B re-read per
 // tile; here each adapter's tokens fill one tile at any height, so B is read once per adapter
-// either way), whose 18 KB of stages let twice the blocks per SM of the 64-row tile's 48 KB.
+// either way); the 16-row tile's ~21 KB of shared memory (expand_stream::PipeLayout) also admits up
+// to 8 resident blocks per SM against 4 for the 64-row tile's ~49 KB (which of the two made the
+// gain was not profiled).
 // Measured on the H200 (bench A/B, exp/pipe16-few against 994ed0a, results/NOTES.md v26 part 3,
 // back to back / cold): 32 adapters T=256 expand H=8192 11.52 -> 8.16 us (0.71 / 0.79), qkv 0.76 /
 // 0.82, H=4096 0.83 / 0.87, add_lora_linear 0.78-0.88; T=384 / 512 (axis override) expand
