@@ -3,7 +3,9 @@
 #   scripts/stage_ab.sh punica-bench[,TEST...] NAME=REF [NAME=REF...]
 # each run over the same cases REPS times, the variants interleaved in each round so that drift
 # hits all alike; result JSON and logs in one tarball bench_ab.tgz in OUTDIR (the device tool
-# returns 8 files at most). Compare afterwards here with `punica-bench compare` / `targets`.
+# returns 8 files at most). Compare afterwards here: unpack it and run
+#   scripts/ab_compare.py DIR BASE NEW [NEW...]   (medians over the rounds, ratios per op and tokens)
+# or `punica-bench compare` / `targets` on single files.
 #   scripts/ab_bench_device.sh OUTDIR 'FILTER' REPS NAME [NAME...]      (carry [".carry/ab-bin.txz"])
 # SCENARIO (default scenarios/bench_lora_ops.json); RUN_ARGS (default --no-baselines --sample-rows 16)
 # go to `run`: without --sample-rows the CPU checks every row, and the 8 Llama-3-8B prefill layer

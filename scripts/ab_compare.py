@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Compare the variants of a bench A/B (scripts/ab_bench_device.sh) round by round.
+
+    scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--json FILE]
+
+DIR is the folder that holds the result files `<variant>_<round>.json` (ab_bench_device.sh's
+`bench_ab/`), or its parent. Per case and variant it takes the median over the rounds of the cold
+time (`timing.time_us.median`) and of the back-to-back time (`timing.batch_time_us`), then prints
+for each NEW against BASE: the ratio NEW / BASE per (op, tokens) group (median, min, max; back to back
+and cold), and the N cases with the lowest and the highest back-to-back ratio.
+
+Exit status: 0; 2 on bad input (no such folder, a variant without result files, a file that is not
+a punica-bench result); 3 when a case did not pass its correctness check in some round of some
+variant (the times of a failing variant are not a comparison), or a variant lacks cases that BASE has.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+
+def fail(msg, code=2):
+    print("ab_compare.py: " + msg, file=sys.stderr)
+    sys.exit(code)
+
+
+def result_dir(d):
+    if not os.path.isdir(d):
+        fail(f"{d}: no such folder")
+    sub = os.path.join(d, "bench_ab")
+    return sub if os.path.isdir(sub) else d
+
+
+def load_variant(d, name):
+    """{case id: {"op", "tokens", "cold": [..], "b2b": [..], "failed": rounds}} over the variant's rounds."""
+    files = sorted(f for f in glob.glob(os.path.join(d, glob.escape(name) + "_*.json"))
+                   if re.fullmatch(re.escape(name) + r"_\d+\.json", os.path.basename(f)))
+    if not files:
+        fail(f"{d}: no result files {name}_<round>.json for variant '{name}'")
+    cases = {}
+    for f in files:
+        try:
+            with open(f) as fh:
+                doc = json.load(fh)
+            items = doc["cases"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            fail(f"{f}: not a punica-bench result file ({e.__class__.__name__}: expected a JSON object with 'cases')")
+        for c in items:
+            try:
+                cid = c["id"]
+                t = c.get("timing") or {}
+                e = cases.setdefault(cid, {"op": c.get("op", "?"),
+                                           "tokens": (c.get("params") or {}).get("num_tokens", -1),
+                                           "cold": [], "b2b": [], "failed": 0})
+            except (KeyError, TypeError, AttributeError):
+                fail(f"{f}: a case without an 'id'")
+            if c.get("status") not in ("pass", "skip", "skipped"):
+                e["failed"] += 1
+            cold = (t.get("time_us") or {}).get("median")
+            if isinstance(cold, (int, float)) and cold > 0:
+                e["cold"].append(float(cold))
+            b2b = t.get("batch_time_us")
+            if isinstance(b2b, (int, float)) and b2b > 0:
+                e["b2b"].append(float(b2b))
+    return cases, len(files)
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def label(cid):
+    """A short name: the case's first two id fields, hidden / slices, tokens, adapters, ranks."""
+    parts = cid.split("/")
+    keep = parts[:2]
+    for p in parts[2:]:
+        k = p.split("=", 1)[0]
+        if k in ("hidden", "slices", "num_requests", "tokens_per_request", "max_loras", "num_adapters", "ranks"):
+            keep.append(p)
+    return "/".join(keep)
+
+
+def compare(base, new):
+    rows = []
+    for cid, b in base.items():
+        n = new.get(cid)
+        if n is None:
+            continue
+        bb, nb, bc, nc = med(b["b2b"]), med(n["b2b"]), med(b["cold"]), med(n["cold"])
+        rows.append({"id": cid, "op": b["op"], "tokens": b["tokens"],
+                     "b2b_base": bb, "b2b_new": nb, "b2b_ratio": nb / bb if bb and nb else None,
+                     "cold_base": bc, "cold_new": nc, "cold_ratio": nc / bc if bc and nc else None})
+    return rows
+
+
+def span(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    return "%.3f [%.3f..%.3f]" % (statistics.median(xs), min(xs), max(xs))
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Compare the variants of a bench A/B round by round.")
+    ap.add_argument("dir", help="folder with <variant>_<round>.json (or its parent holding bench_ab/)")
+    ap.add_argument("base", help="the variant the others are compared with")
+    ap.add_argument("new", nargs="+", help="variants compared with BASE")
+    ap.add_argument("--top", type=int, default=8, help="cases listed at each end (default 8)")
+    ap.add_argument("--json", help="also write the per-case ratios to this file (atomically)")
+    a = ap.parse_args()
+    if a.top < 0:
+        fail("--top: expected a count >= 0")
+    d = result_dir(a.dir)
+    base, base_rounds = load_variant(d, a.base)
+    status = 0
+    out = {"dir": d, "base": a.base, "variants": {}}
+    for name in a.new:
+        new, rounds = load_variant(d, name)
+        rows = compare(base, new)
+        missing = len(base) - len(rows)
+        print(f"== {name} against {a.base} ({rounds} / {base_rounds} rounds, {len(rows)} cases; ratio {name} / {a.base})")
+        if missing:
+            print(f"   {missing} case(s) of {a.base} missing in {name}")
+            status = 3
+        for v, cases in ((a.base, base), (name, new)):
+            bad = sorted(cid for cid, c in cases.items() if c["failed"])
+            for cid in bad:
+                print(f"   FAILED in {cases[cid]['failed']} round(s) of {v}: {cid}")
+            if bad:
+                status = 3
+        groups = {}
+        for r in rows:
+            groups.setdefault((r["op"], r["tokens"]), []).append(r)
+        print("   %-18s %7s %5s  %-26s %-26s" % ("op", "tokens", "cases", "back to back", "cold"))
+        for (op, tok) in sorted(groups, key=lambda k: (str(k[0]), k[1] if isinstance(k[1], int) else -1)):
+            g = groups[(op, tok)]
+            print("   %-18s %7s %5d  %-26s %-26s" % (op, tok, len(g), span(r["b2b_ratio"] for r in g),
+                                                    span(r["cold_ratio"] for r in g)))
+        ranked = sorted((r for r in rows if r["b2b_ratio"] is not None), key=lambda r: r["b2b_ratio"])
+        if a.top and ranked:
+            # the highest end leaves out cases the lowest end already lists
+            ends = [("lowest", ranked[:a.top]), ("highest", ranked[max(a.top, len(ranked) - a.top):][::-1])]
+            for what, rs in (e for e in ends if e[1]):
+                print(f"   {what} back-to-back ratios:")
+                for r in rs:
+                    cold = "%.3f" % r["cold_ratio"] if r["cold_ratio"] is not None else "-"
+                    print("   %.3f (cold %s) %8.2f -> %8.2f us  %s" % (r["b2b_ratio"], cold, r["b2b_base"], r["b2b_new"],
+                                                                    label(r["id"])))
+        out["variants"][name] = {"rounds": rounds, "missing": missing, "cases": rows}
+    if a.json:
+        dst = os.path.abspath(a.json)
+        fd, tmp = tempfile.mkstemp(prefix=".ab_compare.", dir=os.path.dirname(dst))
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(out, fh, indent=1)
+            os.replace(tmp, dst)
+        except OSError as e:
+            os.unlink(tmp)
+            fail(f"{a.json}: cannot write ({e})")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Test of scripts/ab_compare.py on synthetic A/B folders (CTest: ab_compare_script).
+
+Known per-round times must give the known median ratios; a failing case, a missing case, a variant
+without files and a file that is not a result must each give their exit status.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "ab_compare.py")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def case(cid, op, tokens, cold, b2b, status="pass"):
+    return {"id": cid, "op": op, "status": status, "params": {"num_tokens": tokens},
+            "timing": {"time_us": {"median": cold}, "batch_time_us": b2b}}
+
+
+def write(d, name, cases):
+    with open(os.path.join(d, name), "w") as f:
+        json.dump({"schema": "punica-bench.result/1", "cases": cases}, f)
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+with tempfile.TemporaryDirectory() as root:
+    d = os.path.join(root, "bench_ab")
+    os.makedirs(d)
+    x, y = "s/lora_expand/hidden=4096/num_requests=64/max_loras=8", "s/lora_shrink/hidden=4096/num_requests=256/max_loras=1"
+    # main: medians cold 10 / 20, b2b 4 / 8 (three rounds; the outlier round does not move a median)
+    write(d, "main_1.json", [case(x, "lora_expand", 64, 10, 4), case(y, "lora_shrink", 256, 20, 8)])
+    write(d, "main_2.json", [case(x, "lora_expand", 64, 10, 4.2), case(y, "lora_shrink", 256, 20, 8)])
+    write(d, "main_3.json", [case(x, "lora_expand", 64, 99, 3.8), case(y, "lora_shrink", 256, 19, 8.1)])
+    # new: x at half the time back to back, y 1.25x
+    write(d, "new_1.json", [case(x, "lora_expand", 64, 8, 2), case(y, "lora_shrink", 256, 25, 10)])
+    write(d, "new_2.json", [case(x, "lora_expand", 64, 8, 2), case(y, "lora_shrink", 256, 25, 10)])
+    rc, out = run(root, "main", "new", "--json", os.path.join(root, "cmp.json"))  # the parent of bench_ab/
+    check(rc == 0, f"clean comparison exits 0 (got {rc}): {out}")
+    check("0.500 (cold 0.800)" in out, "x: back to back 2 / 4, cold 8 / 10: " + out)
+    check("1.250 (cold 1.250)" in out, "y: 10 / 8 and 25 / 20: " + out)
+    check("2 / 3 rounds" in out, "rounds of each variant counted: " + out)
+    with open(os.path.join(root, "cmp.json")) as f:
+        j = json.load(f)
+    rows = {r["id"]: r for r in j["variants"]["new"]["cases"]}
+    check(abs(rows[x]["b2b_ratio"] - 0.5) < 1e-9 and abs(rows[y]["cold_ratio"] - 1.25) < 1e-9, "JSON ratios")
+    check(not [f for f in os.listdir(root) if f.startswith(".ab_compare.")], "no temporary file left behind")
+
+    # a case that failed its check in one round: exit 3, named
+    write(d, "bad_1.json", [case(x, "lora_expand", 64, 8, 2, status="fail"), case(y, "lora_shrink", 256, 25, 10)])
+    rc, out = run(d, "main", "bad")
+    check(rc == 3 and "FAILED in 1 round(s) of bad" in out, f"failing case: exit 3 and named (got {rc}): {out}")
+    # a case missing from a variant: exit 3
+    write(d, "part_1.json", [case(x, "lora_expand", 64, 8, 2)])
+    rc, out = run(d, "main", "part")
+    check(rc == 3 and "1 case(s) of main missing in part" in out, f"missing case: exit 3 (got {rc}): {out}")
+    # no files for a variant; not a result file; no folder
+    rc, out = run(d, "main", "nosuch")
+    check(rc == 2 and "nosuch_<round>.json" in out, f"variant without files: exit 2 (got {rc}): {out}")
+    with open(os.path.join(d, "junk_1.json"), "w") as f:
+        f.write("[1, 2")
+    rc, out = run(d, "main", "junk")
+    check(rc == 2 and "junk_1.json" in out and "not a punica-bench result" in out, f"bad JSON: exit 2 (got {rc}): {out}")
+    rc, out = run(os.path.join(root, "none"), "main", "new")
+    check(rc == 2 and "no such folder" in out, f"no folder: exit 2 (got {rc}): {out}")
+    # main_10.json is a round of main, main_x.json is not
+    write(d, "main_x.json", [])
+    rc, out = run(d, "main", "new")
+    check(rc == 0 and "2 / 3 rounds" in out, f"only <name>_<digits>.json files are rounds (got {rc}): {out}")
+
+print("ab_compare_test: %d failure(s)" % len(failures))
+sys.exit(1 if failures else 0)
