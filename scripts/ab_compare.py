@@ -14,10 +14,10 @@ a punica-bench result); 3 when a case did not pass its correctness check in some
 variant (the times of a failing variant are not a comparison), or a variant lacks cases that BASE has.
 """
 import argparse
-import glob
 import json
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -37,8 +37,8 @@ def result_dir(d):
 
 def load_variant(d, name):
     """{case id: {"op", "tokens", "cold": [..], "b2b": [..], "failed": rounds}} over the variant's rounds."""
-    files = sorted(f for f in glob.glob(os.path.join(d, glob.escape(name) + "_*.json"))
-                   if re.fullmatch(re.escape(name) + r"_\d+\.json", os.path.basename(f)))
+    pat = re.compile(re.escape(name) + r"_\d+\.json")
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if pat.fullmatch(f))
     if not files:
         fail(f"{d}: no result files {name}_<round>.json for variant '{name}'")
     cases = {}
@@ -58,7 +58,7 @@ def load_variant(d, name):
                                            "cold": [], "b2b": [], "failed": 0})
             except (KeyError, TypeError, AttributeError):
                 fail(f"{f}: a case without an 'id'")
-            if c.get("status") not in ("pass", "skip", "skipped"):
+            if c.get("status") not in ("pass", "skip"):  # fail / error: punica-bench's other statuses
                 e["failed"] += 1
             cold = (t.get("time_us") or {}).get("median")
             if isinstance(cold, (int, float)) and cold > 0:
@@ -136,7 +136,7 @@ def main():
         for r in rows:
             groups.setdefault((r["op"], r["tokens"]), []).append(r)
         print("   %-18s %7s %5s  %-26s %-26s" % ("op", "tokens", "cases", "back to back", "cold"))
-        for (op, tok) in sorted(groups, key=lambda k: (str(k[0]), k[1] if isinstance(k[1], int) else -1)):
+        for (op, tok) in sorted(groups):
             g = groups[(op, tok)]
             print("   %-18s %7s %5d  %-26s %-26s" % (op, tok, len(g), span(r["b2b_ratio"] for r in g),
                                                     span(r["cold_ratio"] for r in g)))
@@ -165,4 +165,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
     sys.exit(main())

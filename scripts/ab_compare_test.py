@@ -75,7 +75,7 @@ with tempfile.TemporaryDirectory() as root:
     check(rc == 2 and "junk_1.json" in out and "not a punica-bench result" in out, f"bad JSON: exit 2 (got {rc}): {out}")
     rc, out = run(os.path.join(root, "none"), "main", "new")
     check(rc == 2 and "no such folder" in out, f"no folder: exit 2 (got {rc}): {out}")
-    # main_10.json is a round of main, main_x.json is not
+    # main_x.json is not a round of main (only <name>_<digits>.json are)
     write(d, "main_x.json", [])
     rc, out = run(d, "main", "new")
     check(rc == 0 and "2 / 3 rounds" in out, f"only <name>_<digits>.json files are rounds (got {rc}): {out}")

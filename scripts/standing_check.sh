@@ -10,9 +10,9 @@
 # part b 294 s with a microbench that then ran to its cap). Estimated now ~410 s and ~380 s (the
 # microbench takes ~80 s since 1822444, NOTES v24-v25).
 #   scripts/standing_check.sh OUTDIR s   on a 1-GPU machine: quick + bench (q.tgz), full (f.tgz) and
-#                                        the microbench (m.tgz) in one call (443 s: 175 + 191 + 76 s in
-#                                        NOTES v24); install with install_results.py --keep l (the
-#                                        2-GPU layer files stay)
+#                                        the microbench (m.tgz) in one call (388-452 s in NOTES
+#                                        v24-v26, e.g. 388 s: 153 + 163 + 71 s in v26); install with
+#                                        install_results.py --keep l (the 2-GPU layer files stay)
 #   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
 #                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
 #                                        (x70.tgz) and the 8B filter (x8.tgz; its layers_ci JSON is

@@ -52,8 +52,8 @@ inline int pipe_tiles16(int num_slices) { return num_slices >= 2 ? 3 : kPipeTile
 // Measured on the H200 (bench A/B, exp/pipe-ntb against 5771315, T=64 / 256, 3 interleaved rounds,
 // results/NOTES.md v26 part 2, back to back / cold): expand 32 adapters r=64 T=64 H=8192 19.56 ->
 // 13.35 us (0.68 / 0.75), qkv 0.67 / 0.74, H=4096 0.75 / 0.81; r=16 T=256 H=8192 15.81 -> 11.60
-// (0.73 / 0.78); add_lora_linear 0.82-0.87 there and with mixed ranks at T=256; every other case
-// 0.99-1.01.
+// (0.73 / 0.78); 25 of the 80 cases faster (0.67-0.97: also 8 adapters of rank 64 and mixed ranks,
+// add_lora_linear 0.82-0.97), the other 55 at 0.99-1.01.
 inline int64_t pipe_token_tiles(int64_t T, int64_t max_loras, int bm) {
   if (T <= 0) return 0;
   const int64_t l = std::max<int64_t>(1, std::min<int64_t>(max_loras, T));
@@ -131,17 +131,17 @@ inline int small_bm(int64_t T, int64_t max_loras, int64_t col_tiles, int num_sms
 // Rank <= 16 above 128 tokens with several adapters of at most 16 tokens each on average: 16-row
 // tiles in the pipelined kernel (small_bm's one-adapter loss at T=256 came from B re-read per
 // tile; here each adapter's tokens fill one tile at any height, so B is read once per adapter
-// either way); the 16-row tile's ~21 KB of shared memory (expand_stream::PipeLayout) also admits up
-// to 8 resident blocks per SM against 4 for the 64-row tile's ~49 KB (which of the two made the
-// gain was not profiled).
+// either way), staging 16 instead of 64 y rows per tile (~21 against ~49 KB of shared memory,
+// expand_stream::PipeLayout). Both builds take 64 registers at 256 threads (ptxas), i.e. 4 blocks
+// per SM either way, so the gain is not more resident blocks; what it is was not profiled.
 // Measured on the H200 (bench A/B, exp/pipe16-few against 994ed0a, results/NOTES.md v26 part 3,
 // back to back / cold): 32 adapters T=256 expand H=8192 11.52 -> 8.16 us (0.71 / 0.79), qkv 0.76 /
 // 0.82, H=4096 0.83 / 0.87, add_lora_linear 0.78-0.88; T=384 / 512 (axis override) expand
-// 0.78-0.96, add_lora_linear 0.85-0.91; every other case 0.99-1.004.
+// 0.78-0.96, add_lora_linear 0.85-0.91; every other case 0.987-1.006.
 constexpr int64_t kPipe16FewMaxTokensPerLora = 16;
 // From v26 part 4 also up to 128 tokens, where small_bm would take 64 or 32 rows because the
 // estimated partial tiles of many adapters fill the grid (32 adapters at T=64 / 128; 8 adapters
-// at T=128 H=8192 add_lora_linear 12.11 -> 11.45 us, the rest within 1%).
+// at T=128 H=8192 add_lora_linear 12.11 -> 11.45 us, the rest 0.98-1.02).
 inline bool pipe16_few(int64_t T, int64_t max_loras) {
   return max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
 }
