@@ -434,6 +434,39 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
     __syncthreads();  // the next pass's prologue overwrites the stages
 
     if (split) pdl_wait();  // y zeroed by the primary before any atomic
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Split-K partials as one 16-byte atomic per lane and (mt, group, h): lanes q and q ^ 1 swap
+    // half their accumulators, so the even lane holds 4 columns of row g and the odd one 4 columns
+    // of row g + 8 (every 4-column piece is 16-byte aligned when R % 4 == 0 and y is). A quarter of
+    // the scalar atomics' instructions; the columns past the true rank add 0.
+    if (split && (R & 3) == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0) {
+      const bool odd = (q & 1) != 0;
+#pragma unroll
+      for (int gw = 0; gw < NGW; ++gw) {
+        const int gi = wn + WN * gw;
+        if (gi >= ng) continue;  // warp-uniform: the shuffles below see every lane
+        const int G = g0 + gi, s = G / CA, jb = (G - s * CA) * 16;
+        float* Ys = Y + int64_t(s) * p.T * R;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float a0 = acc[mt][gw][h][0], a1 = acc[mt][gw][h][1], a2 = acc[mt][gw][h][2],
+                        a3 = acc[mt][gw][h][3];
+            const float r0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : a2, 1);
+            const float r1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : a3, 1);
+            const int tok = tokr[mt][odd ? 1 : 0];
+            const int j = jb + h * 8 + 2 * (q & 2);
+            if (tok < 0 || j >= r) continue;
+            float v[4] = {odd ? r0 : a0, odd ? r1 : a1, odd ? a2 : r0, odd ? a3 : r1};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[e] = j + e < r ? v[e] * p.scale : 0.f;
+            atomicAdd(reinterpret_cast<float4*>(Ys + int64_t(tok) * R + j), make_float4(v[0], v[1], v[2], v[3]));
+          }
+      }
+      continue;
+    }
+#endif
 #pragma unroll
     for (int gw = 0; gw < NGW; ++gw) {
       const int gi = wn + WN * gw;
