@@ -438,7 +438,10 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
     // Split-K partials as one 16-byte atomic per lane and (mt, group, h): lanes q and q ^ 1 swap
     // half their accumulators, so the even lane holds 4 columns of row g and the odd one 4 columns
     // of row g + 8 (every 4-column piece is 16-byte aligned when R % 4 == 0 and y is). A quarter of
-    // the scalar atomics' instructions; the columns past the true rank add 0.
+    // the scalar atomics' instructions; the columns past the true rank add 0. Measured on the H200
+    // (bench A/B against scalar atomics, T=64 / 256 / 2048, 2 rounds, results/NOTES.md v27 part 1):
+    // qkv r=64 one adapter T=256 13.58 -> 11.08 us back to back, T=2048 32 adapters 33.33 -> 28.44,
+    // one slice r=64 T=2048 0.88-0.89; add_lora_linear 0.86-1.00; no case above 1.007.
     if (split && (R & 3) == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0) {
       const bool odd = (q & 1) != 0;
 #pragma unroll
