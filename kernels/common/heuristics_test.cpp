@@ -22,6 +22,13 @@ TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
   EXPECT_EQ(one64.ksplit, 4);
   // Under 0.9 wave of token tiles (T=2048: 32 tiles): ~2 blocks per SM.
   EXPECT_EQ(shrink_heur::fused_config(2048, 4096, 1, 64, 132).ksplit, 8);
+  // Up to 256 tokens with one group per warp: up to 32 splits of >= 2 k-tiles (NOTES v27); not
+  // with 3 groups per warp (qkv r=64), nor above 256 tokens.
+  EXPECT_EQ(shrink_heur::fused_config(256, 4096, 1, 64, 132).ksplit, 32);
+  EXPECT_EQ(shrink_heur::fused_config(256, 8192, 1, 64, 132).ksplit, 32);
+  EXPECT_EQ(shrink_heur::fused_config(256, 4096, 3, 16, 132).ksplit, 32);
+  EXPECT_EQ(shrink_heur::fused_config(256, 4096, 3, 64, 132).ksplit, 16);
+  EXPECT_EQ(shrink_heur::fused_config(512, 4096, 1, 64, 132).ksplit, 16);
   // Split-K off on request: every y element written by the kernel.
   EXPECT_EQ(shrink_heur::fused_config(2048, 4096, 1, 64, 132, false).ksplit, 1);
   // Experimental 128-token tiles (ShrinkKernel::fused128): qkv r=16 = 3 groups -> 2 per warp,

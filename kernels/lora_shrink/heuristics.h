@@ -178,13 +178,15 @@ struct FusedConfig {
 constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block at least (device side)
 
 // Split-K over the k-tiles when the token tiles fill fewer than `target` blocks: up to ~target
-// blocks, at least 4 k-tiles per split, at most 16 splits (both tile kinds of fused_config).
-inline void set_split_k(FusedConfig& c, int64_t tiles, int64_t ktiles, int64_t target, bool allow_split) {
+// blocks, at least 4 k-tiles per split, at most 16 splits (both tile kinds of fused_config); `wide`:
+// at least 2 k-tiles per split, at most 32 splits (fused_config's rule below).
+inline void set_split_k(FusedConfig& c, int64_t tiles, int64_t ktiles, int64_t target, bool allow_split,
+                        bool wide = false) {
   int64_t ks = 1;
   if (allow_split && tiles < target) {
     ks = (target + tiles - 1) / std::max<int64_t>(tiles, 1);
-    ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / 4));
-    ks = std::max<int64_t>(1, std::min<int64_t>(ks, 16));
+    ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / (wide ? 2 : 4)));
+    ks = std::max<int64_t>(1, std::min<int64_t>(ks, wide ? 32 : 16));
   }
   c.ktiles_per_split = int((ktiles + ks - 1) / ks);
   c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
@@ -254,7 +256,16 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
     c.sk_blocks = int(resident * int64_t(num_sms));
     return c;  // ksplit = 1, ktiles_per_split unused
   }
-  set_split_k(c, tiles, ktiles, target, allow_split);
+  // Up to 32 splits of >= 2 k-tiles for the 2 x 4 tile with one group of 16 columns per warp (at
+  // most 4 groups over all slices: one slice up to rank 64, qkv r=16) up to 256 tokens: its partial
+  // sums are at most 64 x 64 per block, 16-byte atomics since v27. Measured on the H200 (bench A/B,
+  // exp/sk32v4 against 00a6211, T=256 / 2048, 2 rounds, results/NOTES.md v27 part 3, back to back /
+  // cold): one slice r=64 T=256 0.90-0.98 / 0.95-1.00 (H=8192 one adapter 9.26 -> 8.37 us), mixed
+  // ranks one slice 0.91, add_lora_linear 0.93-0.99 (qkv r=16 one adapter 9.78 -> 9.06). Not with
+  // 3 groups per warp (qkv r=64, one adapter: 10.72 -> 12.12 us; each block's 64 x 192 partial sums
+  // and its ~800-instruction prologue, ncu, against 2 k-tiles of work) nor for the warp-k tile
+  // (0.99-1.00); T=2048 does not reach 16 splits; 257-1024 tokens not measured.
+  set_split_k(c, tiles, ktiles, target, allow_split, c.ngw == 1 && !c.wk && T <= 256);
   // The split-K grid is cut for ceil(T/64) tiles, but every adapter owns at least one (partial)
   // tile: with many adapters and few tokens the real (tile, split) blocks pass one wave of
   // resident blocks and a thin second wave follows. Stream-K there (one wave, tiles counted on the

@@ -200,6 +200,24 @@ TEST(LoraShrink, KernelVariants) {
   }
 }
 
+// The fused tile's wide split-K (up to 32 splits of 2 k-tiles, one group of 16 columns per warp,
+// T <= 256; shrink_heur::fused_config) through the automatic path and forced, with its float4
+// atomics: ranks 64 / 33 / 1 (pieces past the true rank), an empty slot, NaN padding, qkv r=16,
+// K = 8192, and R = 6 (scalar atomics: R % 4 != 0).
+TEST(LoraShrink, FusedWideSplit) {
+  using K = detail::ShrinkKernel;
+  for (K k : {K::automatic, K::fused}) {
+    for (auto c : {ShrinkCase{DType::bf16, DType::f32, 256, 4096, 1, {64, 33, 0, 1}},
+                   ShrinkCase{DType::f16, DType::f32, 200, 8192, 1, {64}},
+                   ShrinkCase{DType::bf16, DType::f32, 256, 4096, 3, {16, 5, 0, 16}},
+                   ShrinkCase{DType::bf16, DType::f32, 150, 4096, 2, {6, 3, 6}}}) {
+      c.kernel = k;
+      c.nan_pad = true;
+      run_case(c);
+    }
+  }
+}
+
 // Large prefill: T ~ 8000, 3 slices, 32 adapters of mixed ranks (NaN padding), fused without split.
 TEST(LoraShrink, LargePrefillMixed) {
   std::vector<int> ranks;
