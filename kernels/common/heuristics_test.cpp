@@ -2,6 +2,8 @@
 // that results/NOTES.md justifies with H200 measurements. A change to a rule must change a
 // number here on purpose.
 #include <gtest/gtest.h>
+#include <vector>
+#include "kernels/common/lora_types.h"
 #include "kernels/add_lora_linear/heuristics.h"
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
@@ -455,6 +457,29 @@ TEST(ExpandHeuristics, PipeTokenTiles) {
   EXPECT_EQ(pipe_token_tiles(5, 32, 16), 5);       // fewer tokens than adapters
   EXPECT_EQ(pipe_token_tiles(0, 8, 64), 0);
   EXPECT_EQ(pipe_token_tiles(64, 0, 64), 1);       // no adapter slot: treated as one
+}
+
+// The launch grids' token-tile bound (token_tile_bound): never below the tiles find_tile returns for
+// any split of T tokens over the entries, and tight for one entry.
+TEST(TileBound, CoversEverySplitAndIsTight) {
+  EXPECT_EQ(token_tile_bound(256, 1, 64), 4);    // one adapter: exactly ceil(T / 64) (was 6)
+  EXPECT_EQ(token_tile_bound(256, 2, 64), 5);    // one adapter and the -1 entry (the shrink's grid)
+  EXPECT_EQ(token_tile_bound(256, 33, 64), 36);  // was 37
+  EXPECT_EQ(token_tile_bound(64, 2, 16), 5);
+  EXPECT_EQ(token_tile_bound(5, 32, 16), 5);     // fewer tokens than entries
+  EXPECT_EQ(token_tile_bound(0, 8, 64), 1);
+  uint64_t rng = 12345;
+  auto next = [&rng](uint64_t n) { rng = rng * 6364136223846793005ull + 1442695040888963407ull; return (rng >> 33) % n; };
+  for (int it = 0; it < 20000; ++it) {
+    const int bm = 16 << next(3);
+    const int64_t T = int64_t(next(700)), entries = 1 + int64_t(next(40));
+    std::vector<int64_t> n(std::size_t(entries), 0);
+    for (int64_t t = 0; t < T; ++t) ++n[std::size_t(next(uint64_t(entries)))];
+    int64_t tiles = 0;
+    for (int64_t c : n) tiles += (c + bm - 1) / bm;
+    ASSERT_LE(tiles, token_tile_bound(T, entries, bm)) << "T=" << T << " entries=" << entries << " bm=" << bm;
+    ASSERT_LE(token_tile_bound(T, entries, bm), std::max<int64_t>(1, (T + bm - 1) / bm + entries));
+  }
 }
 
 // 16-row pipelined tiles above 128 tokens only with several adapters of <= 16 tokens each.

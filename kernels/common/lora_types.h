@@ -22,4 +22,15 @@ struct LoraMetaView {
   const int32_t* num_active = nullptr;            // [1] number of unique values (incl. -1)
 };
 
+// Upper bound of the token tiles of bm rows that the tile lookup (lora_dev::find_tile) can return
+// over `entries` metadata entries holding at most T tokens in all: each non-empty entry starts a
+// tile, so sum ceil(n_i / bm) <= (T + min(entries, T) * (bm - 1)) / bm. At least 1 (a launch needs a
+// block). Tighter than ceil(T / bm) + entries (up to a whole bm-row tile per entry fewer), so
+// fewer blocks of the grid find no tile and only return.
+inline int64_t token_tile_bound(int64_t T, int64_t entries, int bm) {
+  const int64_t e = entries < T ? entries : T;
+  const int64_t b = (T + (e > 0 ? e : 0) * (bm - 1)) / bm;
+  return b > 1 ? b : 1;
+}
+
 }  // namespace punica::kernels

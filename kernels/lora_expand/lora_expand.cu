@@ -400,6 +400,9 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int3
   const int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
   int64_t gx = 0;
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
+  // ceil(T / BM) + L + 1 rows, not token_tile_bound (the shrink's grid): the tighter bound measured
+  // slower back to back at T=64 rank 64 (results/NOTES.md v27 part 4: one adapter 1.04-1.05, one
+  // adapter in 32 slots 1.49-1.63 at unchanged cold times; not explained).
   const int64_t gy = (e.T + BM - 1) / BM + e.L + 1;
   PUNICA_REQUIRE(gy <= 65535 && gx <= 0x7fffffff, ErrorKind::usage, "lora_expand: too many tokens for one launch");
   expand_stream::Params sp = stream_params(e);

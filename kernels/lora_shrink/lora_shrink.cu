@@ -1005,7 +1005,14 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
   ShrinkParams q = p;
   q.ktiles_per_split = c.ktiles_per_split;
   q.stream_k = c.stream_k ? 1 : 0;
-  const int64_t tiles = (p.T + BM - 1) / BM + p.L + 1;
+  // Rows of the split-K grid: the token-tile bound over every entry (the -1 entry's tiles too),
+  // not ceil(T / BM) + L + 1, so that blocks which find no tile do not spill into a second wave and
+  // start only when a first-wave block ends (T=2048, one adapter, 8 splits: 272 blocks on 264 slots
+  // before, 256 now). Measured on the H200 (bench A/B, exp/tile-bound against 0259575, 2 rounds,
+  // results/NOTES.md v27 part 4, back to back / cold): one slice r=64 T=2048 one adapter 13.83 ->
+  // 12.13 us (0.88 / 0.88), H=8192 0.92 / 0.93, qkv r=16 0.88 / 0.89; the other 57 shrink cases at
+  // T=16-2048 0.97-1.03 except mixed ranks one slice T=256 (1.07 / 1.04, not explained).
+  const int64_t tiles = token_tile_bound(p.T, int64_t(p.L) + 1, BM);
   PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
   // split-K: PDL secondary of the zero kernel
   if (c.stream_k)
