@@ -77,6 +77,8 @@ case "$PROFILE" in
       step "check_$s" $PB check --backend cuda -q --sample-rows 256 scenarios/$s.json
     done
     step bench_llama3_8b $PB run --backend cuda --sample-rows 128 -o "$OUT/bench_llama3_8b.json" --overwrite scenarios/llama3_8b_decode.json scenarios/llama3_8b_prefill.json
+    # Few adapters in many slots (max_loras 32, 1-8 adapters in the batch; NOTES v27 part 2), 162 cases
+    step bench_sparse_slots $PB run --backend cuda --sample-rows 64 -o "$OUT/bench_sparse_slots.json" --overwrite scenarios/bench_sparse_slots.json
     ;;
   micro)
     # Its own step (and timeout): as a bare command in a call it once ran past a 90 s cap.

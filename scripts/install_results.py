@@ -63,6 +63,7 @@ PLACES = [
     ("q", "check_smoke.json", "h200/check_smoke.json"),
     ("q", "logs.tgz", "h200/device_check_quick_logs.tgz"),
     ("f", "bench_llama3_8b.json", "h200/bench_llama3_8b.json"),
+    ("f", "bench_sparse_slots.json", "h200/bench_sparse_slots.json"),
     ("f", "logs.tgz", "h200/device_check_full_logs.tgz"),
     *layer_places(2, "l", "l8"),
     ("m", "microbench_h200.json", "h200/microbench_h200.json"),

@@ -68,7 +68,8 @@ def make_parts(d, sha, *, dirty_part=None, bad_step_part=None, other_sha_part=No
     parts = {
         "q": {"q/bench_lora_ops.json": j("q", "b"), "q/check_smoke.json": j("q", "s"), "q/logs.tgz": lg("q"),
               "q.txt": b""},
-        "f": {"f/bench_llama3_8b.json": j("f", "8"), "f/check_vllm_grid.tgz": grid, "f/logs.tgz": lg("f")},
+        "f": {"f/bench_llama3_8b.json": j("f", "8"), "f/bench_sparse_slots.json": j("f", "sp"),
+              "f/check_vllm_grid.tgz": grid, "f/logs.tgz": lg("f")},
         "l": {"l/layers_ci_np2.json": j("l", "ci70"), "l/layers_llama_prefill_np2.json": j("l", "p70"),
               "l/layers_llama_decode_np2.json": j("l", "d70"), "l/logs.tgz": lg("l")},
         "l8": {"l8/layers_ci_np2.json": j("l8", "ci"), "l8/layers_llama_prefill_np2.json": j("l8", "p8"),

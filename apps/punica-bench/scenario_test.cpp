@@ -156,10 +156,11 @@ TEST(Scenario, EveryShippedScenarioLoads) {
   }
   for (const char* f : {"smoke.json", "vllm_kernel_grid.json", "ci_kernel_grid.json",
                         "bench_lora_ops.json", "llama3_8b_decode.json", "llama3_8b_prefill.json",
-                        "ci_layers.json", "layers_llama.json"})
+                        "ci_layers.json", "layers_llama.json", "bench_sparse_slots.json"})
     EXPECT_EQ(counts.count(f), 1u) << f;
   EXPECT_EQ(counts["vllm_kernel_grid.json"], 2u * 4 * 4 * 8 * 3 * 2 + 2u * 12 * 3 * 2);
   EXPECT_EQ(counts["bench_lora_ops.json"], 3u * 6 * (2 * 3 * 2 + 3 * 2 + 2));
+  EXPECT_EQ(counts["bench_sparse_slots.json"], 3u * 3 * 3 * (2 * 2 + 2));  // ops x T x adapters x shapes
   EXPECT_EQ(counts["ci_layers.json"], 152u);
 }
 
