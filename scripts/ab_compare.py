@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Compare the variants of a bench A/B (scripts/ab_bench_device.sh) round by round.
 
-    scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--json FILE]
+    scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--cases REGEX] [--json FILE]
 
 DIR is the folder that holds the result files `<variant>_<round>.json` (ab_bench_device.sh's
 `bench_ab/`), or its parent. Per case and variant it takes the median over the rounds of the cold
 time (`timing.time_us.median`) and of the back-to-back time (`timing.batch_time_us`), then prints
 for each NEW against BASE: the ratio NEW / BASE per (op, tokens) group (median, min, max; back to back
-and cold), and the N cases with the lowest and the highest back-to-back ratio.
+and cold), and the N cases with the lowest and the highest back-to-back ratio. --cases REGEX also
+lists every case whose id the regular expression matches (Python `re.search`), in id order.
 
 Exit status: 0; 2 on bad input (no such folder, a variant without result files, a file that is not
 a punica-bench result); 3 when a case did not pass its correctness check in some round of some
@@ -110,10 +111,15 @@ def main():
     ap.add_argument("base", help="the variant the others are compared with")
     ap.add_argument("new", nargs="+", help="variants compared with BASE")
     ap.add_argument("--top", type=int, default=8, help="cases listed at each end (default 8)")
+    ap.add_argument("--cases", metavar="REGEX", help="also list every case whose id matches (re.search)")
     ap.add_argument("--json", help="also write the per-case ratios to this file (atomically)")
     a = ap.parse_args()
     if a.top < 0:
         fail("--top: expected a count >= 0")
+    try:
+        sel = re.compile(a.cases) if a.cases is not None else None
+    except re.error as e:
+        fail(f"--cases: not a regular expression ({e})")
     d = result_dir(a.dir)
     base, base_rounds = load_variant(d, a.base)
     status = 0
@@ -150,6 +156,14 @@ def main():
                     cold = "%.3f" % r["cold_ratio"] if r["cold_ratio"] is not None else "-"
                     print("   %.3f (cold %s) %8.2f -> %8.2f us  %s" % (r["b2b_ratio"], cold, r["b2b_base"], r["b2b_new"],
                                                                     label(r["id"])))
+        if sel is not None:
+            hits = sorted((r for r in rows if sel.search(r["id"])), key=lambda r: r["id"])
+            print(f"   cases matching --cases ({len(hits)}): back to back ratio, cold ratio, back to back us")
+            for r in hits:
+                f3 = lambda v: "%.3f" % v if v is not None else "-"
+                f2 = lambda v: "%.2f" % v if v is not None else "-"
+                print("   %s %s %8s -> %8s us  %s" % (f3(r["b2b_ratio"]), f3(r["cold_ratio"]), f2(r["b2b_base"]),
+                                                     f2(r["b2b_new"]), label(r["id"])))
         out["variants"][name] = {"rounds": rounds, "missing": missing, "cases": rows}
     if a.json:
         dst = os.path.abspath(a.json)

@@ -57,6 +57,12 @@ with tempfile.TemporaryDirectory() as root:
     rows = {r["id"]: r for r in j["variants"]["new"]["cases"]}
     check(abs(rows[x]["b2b_ratio"] - 0.5) < 1e-9 and abs(rows[y]["cold_ratio"] - 1.25) < 1e-9, "JSON ratios")
     check(not [f for f in os.listdir(root) if f.startswith(".ab_compare.")], "no temporary file left behind")
+    rc, out = run(root, "main", "new", "--top", "0", "--cases", "lora_shrink/")
+    check(rc == 0 and "cases matching --cases (1)" in out, f"--cases: one match (got {rc}): {out}")
+    check("1.250 1.250     8.00 ->    10.00 us  s/lora_shrink" in out, "--cases lists y's ratios and times: " + out)
+    check("s/lora_expand" not in out, "--cases leaves x out (and --top 0 lists no ends): " + out)
+    rc, out = run(root, "main", "new", "--cases", "(")
+    check(rc == 2 and "--cases: not a regular expression" in out, f"bad --cases: exit 2 (got {rc}): {out}")
 
     # a case that failed its check in one round: exit 3, named
     write(d, "bad_1.json", [case(x, "lora_expand", 64, 8, 2, status="fail"), case(y, "lora_shrink", 256, 25, 10)])
