@@ -263,7 +263,7 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
   // cold): one slice r=64 T=256 0.90-0.98 / 0.95-1.00 (H=8192 one adapter 9.26 -> 8.37 us), mixed
   // ranks one slice 0.91, add_lora_linear 0.93-0.99 (qkv r=16 one adapter 9.78 -> 9.06). Not with
   // 3 groups per warp (qkv r=64, one adapter: 10.72 -> 12.12 us; each block's 64 x 192 partial sums
-  // and its ~800-instruction prologue, ncu, against 2 k-tiles of work) nor for the warp-k tile
+  // and its ~840-instruction prologue per warp, ncu, against 2 k-tiles of work) nor for the warp-k tile
   // (0.99-1.00); T=2048 does not reach 16 splits; 257-1024 tokens not measured.
   set_split_k(c, tiles, ktiles, target, allow_split, c.ngw == 1 && !c.wk && T <= 256);
   // The split-K grid is cut for ceil(T/64) tiles, but every adapter owns at least one (partial)

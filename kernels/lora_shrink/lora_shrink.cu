@@ -441,7 +441,7 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
     // the scalar atomics' instructions; the columns past the true rank add 0. Measured on the H200
     // (bench A/B against scalar atomics, T=64 / 256 / 2048, 2 rounds, results/NOTES.md v27 part 1):
     // qkv r=64 one adapter T=256 13.58 -> 11.08 us back to back, T=2048 32 adapters 33.33 -> 28.44,
-    // one slice r=64 T=2048 0.88-0.89; add_lora_linear 0.86-1.00; no case above 1.007.
+    // one slice r=64 T=2048 0.88-0.89; add_lora_linear 0.86-1.01; no case above 1.007.
     if (split && (R & 3) == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0) {
       const bool odd = (q & 1) != 0;
 #pragma unroll
@@ -1010,8 +1010,8 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
   // start only when a first-wave block ends (T=2048, one adapter, 8 splits: 272 blocks on 264 slots
   // before, 256 now). Measured on the H200 (bench A/B, exp/tile-bound against 0259575, 2 rounds,
   // results/NOTES.md v27 part 4, back to back / cold): one slice r=64 T=2048 one adapter 13.83 ->
-  // 12.13 us (0.88 / 0.88), H=8192 0.92 / 0.93, qkv r=16 0.88 / 0.89; the other 57 shrink cases at
-  // T=16-2048 0.97-1.03 except mixed ranks one slice T=256 (1.07 / 1.04, not explained).
+  // 12.13 us (0.88 / 0.88), H=8192 0.92 / 0.93, qkv r=16 0.88 / 0.89; the other 76 shrink cases at
+  // T=16-2048 0.98-1.03 / 0.96-1.01 except mixed ranks one slice T=256 (1.07 / 1.04, not explained).
   const int64_t tiles = token_tile_bound(p.T, int64_t(p.L) + 1, BM);
   PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
   // split-K: PDL secondary of the zero kernel

@@ -201,9 +201,10 @@ TEST(LoraShrink, KernelVariants) {
 }
 
 // The fused tile's wide split-K (up to 32 splits of 2 k-tiles, one group of 16 columns per warp,
-// T <= 256; shrink_heur::fused_config) through the automatic path and forced, with its float4
-// atomics: ranks 64 / 33 / 1 (pieces past the true rank), an empty slot, NaN padding, qkv r=16,
-// K = 8192, and R = 6 (scalar atomics: R % 4 != 0).
+// T <= 256; shrink_heur::fused_config, pinned in heuristics_test) with its float4 atomics, forced
+// and through the automatic path (which takes the fused tile for the two one-slice cases; the
+// others may go to the cluster tile): ranks 64 / 33 / 1 (pieces past the true rank), an empty slot, NaN
+// padding, qkv r=16, K = 8192, and R = 6 (scalar atomics: R % 4 != 0).
 TEST(LoraShrink, FusedWideSplit) {
   using K = detail::ShrinkKernel;
   for (K k : {K::automatic, K::fused}) {
