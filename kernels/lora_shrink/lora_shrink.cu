@@ -366,6 +366,8 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
       tokr[mt][hh] = row < rows ? p.meta.sorted_token_ids[start + row] : -1;
     }
 
+  // x read once (evict_first) where one pass covers every group; several passes re-read the x tile.
+  const bool x_once = NA <= NGP;
   for (int g0 = 0; g0 < NA && nkt > 0; g0 += NGP) {
     const int ng = min(NGP, NA - g0);
     const T* arow[AI];
@@ -384,11 +386,14 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
       uint4* dx = sx + stage * BM * 8;
       uint4* da = sa + stage * NGP * 16 * 8;
       const bool kin = kbase < p.K;
+      // made here, not held across the k loop: a live 64-bit policy cost this tile's 85-register
+      // build 20 bytes of spills (ptxas)
+      const uint64_t xpol = x_once ? l2_evict_first_policy() : l2_evict_normal_policy();
 #pragma unroll
       for (int i = 0; i < XI; ++i) {
         const int row = (tid >> 3) + 32 * i;
         const bool ok = xrow[i] != nullptr && kin;
-        cp_async16(smem_u32(dx + swz(row, ch)), ok ? (const void*)(xrow[i] + kbase) : (const void*)X, ok ? 16 : 0);
+        cp_async16(smem_u32(dx + swz(row, ch)), ok ? (const void*)(xrow[i] + kbase) : (const void*)X, ok ? 16 : 0, xpol);
       }
 #pragma unroll
       for (int i = 0; i < AI; ++i) {
@@ -561,17 +566,18 @@ __device__ __forceinline__ void fused_tile_wk(const ShrinkParams& p, uint8_t* sm
       da[i] = s_a + uint32_t(swz(row, ch)) * 16u;
     }
     int64_t kst = kt0 * 64;  // first k of the next stage to load
+    const uint64_t xpol = l2_evict_first_policy();  // x read once (lora_device.cuh)
     auto load_stage = [&](uint32_t stage) {
       if (kst + 64 <= p.K) {  // whole stage in range (block-uniform)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) cp_async16(dx[i] + stage * XB, gx[i], nx[i]);
+        for (int i = 0; i < 2; ++i) cp_async16(dx[i] + stage * XB, gx[i], nx[i], xpol);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
           if (la[i]) cp_async16(da[i] + stage * AB, ga[i], na[i]);
       } else {  // last stage of a K % 64 != 0 row: chunks past K (K % 8 == 0) read as zeros, from no address past K
         const bool kin = kst + ch * 8 < p.K;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) cp_async16(dx[i] + stage * XB, kin ? gx[i] : X, kin ? nx[i] : 0);
+        for (int i = 0; i < 2; ++i) cp_async16(dx[i] + stage * XB, kin ? gx[i] : X, kin ? nx[i] : 0, xpol);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
           if (la[i]) cp_async16(da[i] + stage * AB, kin ? ga[i] : X, kin ? na[i] : 0);
@@ -749,11 +755,12 @@ __device__ __forceinline__ void fused_tile_wg(const ShrinkParams& p, uint8_t* sm
       da[i] = XB + uint32_t(swz(row, ch)) * 16u;
     }
     int64_t kst = kt0 * 64;
+    const uint64_t xpol = l2_evict_first_policy();  // x read once (lora_device.cuh)
     auto load_stage = [&](uint32_t stage) {
       const uint32_t base = s0 + stage * SB;
       const bool kin = kst + ch * 8 < p.K;  // K % 8 == 0: a chunk is wholly in or out
 #pragma unroll
-      for (int i = 0; i < XI; ++i) cp_async16(base + dx[i], kin ? gx[i] : X, kin ? nx[i] : 0);
+      for (int i = 0; i < XI; ++i) cp_async16(base + dx[i], kin ? gx[i] : X, kin ? nx[i] : 0, xpol);
 #pragma unroll
       for (int i = 0; i < AI; ++i)
         if (la[i]) cp_async16(base + da[i], kin ? ga[i] : X, kin ? na[i] : 0);
