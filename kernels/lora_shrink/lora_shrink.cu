@@ -439,30 +439,28 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
     __syncthreads();  // the next pass's prologue overwrites the stages
 
     if (split) pdl_wait();  // y zeroed by the primary before any atomic
-    // Split-K partials as one 16-byte atomic per lane and (mt, group, h) where R % 4 == 0 and y is
-    // 16-byte aligned (then every 4-column piece is; sm_90): lanes q and q ^ 1 swap half their
-    // accumulators, so the even lane holds 4 columns of row g and the odd one 4 columns of row g + 8.
-    // A quarter of the scalar atomics' instructions; the columns past the true rank add 0. Measured
-    // on the H200 (bench A/B against scalar atomics, T=64 / 256 / 2048, 2 rounds, results/NOTES.md
-    // v27 part 1): qkv r=64 one adapter T=256 13.58 -> 11.08 us back to back, T=2048 32 adapters
-    // 33.33 -> 28.44, one slice r=64 T=2048 0.88-0.89; add_lora_linear 0.86-1.01; no case above 1.007.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const bool vec4 = split && (R & 3) == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0;
-#else
-    constexpr bool vec4 = false;
-#endif
-    const bool odd = (q & 1) != 0;
+    // Split-K partials as one 16-byte atomic per lane and (mt, group, h): lanes q and q ^ 1 swap
+    // half their accumulators, so the even lane holds 4 columns of row g and the odd one 4 columns
+    // of row g + 8 (every 4-column piece is 16-byte aligned when R % 4 == 0 and y is). A quarter of
+    // the scalar atomics' instructions; the columns past the true rank add 0. Measured on the H200
+    // (bench A/B against scalar atomics, T=64 / 256 / 2048, 2 rounds, results/NOTES.md v27 part 1):
+    // qkv r=64 one adapter T=256 13.58 -> 11.08 us back to back, T=2048 32 adapters 33.33 -> 28.44,
+    // one slice r=64 T=2048 0.88-0.89; add_lora_linear 0.86-1.01; no case above 1.007.
+    // Kept apart from the scalar loop below on purpose: one loop with a branch per (mt, h) (ccf427b,
+    // reverted) measured 3-5% slower on these split-K shapes at T=256 (NOTES v28 part 3).
+    if (split && (R & 3) == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0) {
+      const bool odd = (q & 1) != 0;
 #pragma unroll
-    for (int gw = 0; gw < NGW; ++gw) {
-      const int gi = wn + WN * gw;
-      if (gi >= ng) continue;  // warp-uniform: the shuffles below see every lane
-      const int G = g0 + gi, s = G / CA, jb = (G - s * CA) * 16;
-      float* Ys = Y + int64_t(s) * p.T * R;
+      for (int gw = 0; gw < NGW; ++gw) {
+        const int gi = wn + WN * gw;
+        if (gi >= ng) continue;  // warp-uniform: the shuffles below see every lane
+        const int G = g0 + gi, s = G / CA, jb = (G - s * CA) * 16;
+        float* Ys = Y + int64_t(s) * p.T * R;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (vec4) {
+          for (int h = 0; h < 2; ++h) {
             const float a0 = acc[mt][gw][h][0], a1 = acc[mt][gw][h][1], a2 = acc[mt][gw][h][2],
                         a3 = acc[mt][gw][h][3];
             const float r0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : a2, 1);
@@ -474,8 +472,21 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
 #pragma unroll
             for (int e = 0; e < 4; ++e) v[e] = j + e < r ? v[e] * p.scale : 0.f;
             atomicAdd(reinterpret_cast<float4*>(Ys + int64_t(tok) * R + j), make_float4(v[0], v[1], v[2], v[3]));
-            continue;
           }
+      }
+      continue;
+    }
+#endif
+#pragma unroll
+    for (int gw = 0; gw < NGW; ++gw) {
+      const int gi = wn + WN * gw;
+      if (gi >= ng) continue;
+      const int G = g0 + gi, s = G / CA, jb = (G - s * CA) * 16;
+      float* Ys = Y + int64_t(s) * p.T * R;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const int tok = tokr[mt][c >> 1];
@@ -488,7 +499,6 @@ __device__ __forceinline__ void fused_tile(const ShrinkParams& p, uint8_t* smem_
               *yp = j < r ? acc[mt][gw][h][c] * p.scale : 0.f;
             }
           }
-        }
     }
   }
   // Columns past the computed groups (and every column when nothing was computed): zeros.
