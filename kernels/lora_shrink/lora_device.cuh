@@ -141,7 +141,8 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
 // with evict_first its x lines are the first to go when L2 needs room, so the stream of x (tens of
 // MB) does not push out what is read again (the A rows every token tile re-reads, the y rows the
 // expand after the shrink reads and writes, e.g. just written by the base GEMM before a layer's
-// LoRA part). Measured on the H200: results/NOTES.md v28.
+// LoRA part). Measured on the H200 (which of the two the gain comes from was not measured apart):
+// results/NOTES.md v28 part 2.
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
