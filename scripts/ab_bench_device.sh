@@ -12,7 +12,12 @@
 # cases ran past a 90 s cap that they meet in ~30 s with 16 rows (NOTES v15: a call lost to that);
 # MPI_NP=N runs each binary under `mpirun -np N` (the layer scenarios' tp > 1 cases).
 # STEP_TIMEOUT (default 280 s) caps each run; a 120-case T=2048/8192 bench filter needs more than
-# 80 s per run (NOTES v16 part 6: a call lost to a lower cap).
+# 80 s per run (NOTES v16 part 6: a call lost to a lower cap). DEADLINE=S: no run starts once S
+# seconds have passed since this script began (a skipped run is reported), so that a call ends
+# inside the device tool's limit instead of being cut.
+# OUTDIR holds only bench_ab.tgz, rewritten (atomically) after every run: the runs live in a work
+# folder beside it until the end, so a call cut by the device tool's limit still returns every
+# finished run (NOTES v28 part 5 lost a call's files: 22 loose files, of which the tool returns 8).
 set -uo pipefail
 OUT=${1:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}
 FILTER=${2:?filter}; REPS=${3:?reps}
@@ -21,21 +26,34 @@ shift 3
 SCENARIO=${SCENARIO:-scenarios/bench_lora_ops.json}
 LAUNCH=()
 [ -n "${MPI_NP:-}" ] && LAUNCH=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np "$MPI_NP")
-"$(dirname "$0")/ab_unpack.sh" "$OUT/bench_ab" || exit 2
+mkdir -p "$OUT" || exit 2
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ab_bench.XXXXXX") || exit 2
+trap 'rm -rf "$WORK"' EXIT
+D=$WORK/bench_ab
+"$(dirname "$0")/ab_unpack.sh" "$D" || exit 2
+pack() {  # the finished runs so far -> OUT/bench_ab.tgz (rename: never a half-written tarball)
+  tar -C "$WORK" -czf "$OUT/.bench_ab.tgz.part" bench_ab && mv -f "$OUT/.bench_ab.tgz.part" "$OUT/bench_ab.tgz"
+}
+pack
+start=$(date +%s)
 status=0
 for rep in $(seq 1 "$REPS"); do
   for n in "$@"; do
     b=.carry/ab/bin/punica-bench_$n
     [ -x "$b" ] || { echo "ab_bench_device.sh: no binary $b" >&2; status=2; continue; }
+    if [ -n "${DEADLINE:-}" ] && [ $(( $(date +%s) - start )) -ge "$DEADLINE" ]; then
+      echo "bench $n rep $rep SKIPPED: past DEADLINE=$DEADLINE s" | tee -a "$D/skipped.txt"; status=1; continue
+    fi
     t0=$(date +%s)
     timeout -k 10 "${STEP_TIMEOUT:-280}" "${LAUNCH[@]}" "$b" run --backend cuda -q ${RUN_ARGS:---no-baselines --sample-rows 16} -f "$FILTER" \
-      -o "$OUT/bench_ab/${n}_$rep.json" --overwrite "$SCENARIO" > "$OUT/bench_ab/${n}_$rep.log" 2>&1
+      -o "$D/${n}_$rep.json" --overwrite "$SCENARIO" > "$D/${n}_$rep.log" 2>&1
     rc=$?
     # a run killed by its cap leaves no JSON (results are written at the end): say so, loudly
     rc_note=""
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then rc_note=" TIMED OUT at STEP_TIMEOUT=${STEP_TIMEOUT:-280} s, no result"; fi
     echo "bench $n rep $rep rc=$rc $(( $(date +%s) - t0 ))s$rc_note"; [ $rc -ne 0 ] && status=1
+    pack || status=1
   done
 done
-tar -C "$OUT" -czf "$OUT/bench_ab.tgz" bench_ab && rm -rf "$OUT/bench_ab"
+pack || status=1
 exit $status

@@ -10,15 +10,10 @@ import subprocess
 import sys
 import tempfile
 
+from script_checks import check, finish  # scripts/script_checks.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ab_compare.py")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
 
 
 def case(cid, op, tokens, cold, b2b, status="pass"):
@@ -86,5 +81,4 @@ with tempfile.TemporaryDirectory() as root:
     rc, out = run(d, "main", "new")
     check(rc == 0 and "2 / 3 rounds" in out, f"only <name>_<digits>.json files are rounds (got {rc}): {out}")
 
-print("ab_compare_test: %d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+sys.exit(finish("ab_compare_test"))

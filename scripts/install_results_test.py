@@ -14,15 +14,10 @@ import sys
 import tarfile
 import tempfile
 
+from script_checks import check, finish  # scripts/script_checks.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "install_results.py")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
 
 
 def result_json(sha, dirty=False, tag=""):
@@ -309,11 +304,7 @@ def main():
         check_keep_layers(t)
         check_layers_mode(t, res)
 
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("install_results_test: all checks passed")
-    return 0
+    return finish("install_results_test")
 
 
 if __name__ == "__main__":

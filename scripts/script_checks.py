@@ -1,0 +1,27 @@
+"""The failed-check list shared by the CPU tests of scripts/ (ab_compare_test.py, ab_device_test.py,
+install_results_test.py): each check prints what failed and the test ends with `finish`, whose exit
+status is 1 when any check failed. Imported from the tests' own folder (Python puts a script's
+folder first on sys.path)."""
+import sys
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+    return bool(cond)
+
+
+def finish(name):
+    """Print the outcome and return the exit status (0 when every check passed)."""
+    if failures:
+        print(f"{name}: {len(failures)} check(s) failed")
+        return 1
+    print(f"{name}: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit("script_checks.py is a module for the scripts' tests, not a program")
