@@ -11,9 +11,9 @@
 # microbench takes ~80 s since 1822444, NOTES v24-v25).
 #   scripts/standing_check.sh OUTDIR s   on a 1-GPU machine: quick + bench (q.tgz), full (f.tgz) and
 #                                        the microbench (m.tgz) in one call (388-452 s in NOTES
-#                                        v24-v27, e.g. 439 s: 170 + 185 + 84 s in v27; full's
-#                                        bench_sparse_slots step, added after v27, is not timed
-#                                        yet: about 160 cases, ~40 s by the bench's rate); install with
+#                                        v24-v27 before full's bench_sparse_slots step; 497 s in
+#                                        v28: 188 + 228 + 81 s, the sparse step 34 s of full's 228,
+#                                        so ~100 s short of the device tool's 600); install with
 #                                        install_results.py --keep l (the 2-GPU layer files stay)
 #   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
 #                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
