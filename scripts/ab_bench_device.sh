@@ -15,9 +15,8 @@
 # 80 s per run (NOTES v16 part 6: a call lost to a lower cap). DEADLINE=S: no run starts once S
 # seconds have passed since this script began (a skipped run is reported), so that a call ends
 # inside the device tool's limit instead of being cut.
-# OUTDIR holds only bench_ab.tgz, rewritten (atomically) after every run: the runs live in a work
-# folder beside it until the end, so a call cut by the device tool's limit still returns every
-# finished run (NOTES v28 part 5 lost a call's files: 22 loose files, of which the tool returns 8).
+# OUTDIR holds only bench_ab.tgz, rewritten after every run (scripts/ab_common.sh), so a call cut
+# by the device tool's limit still returns every finished run.
 set -uo pipefail
 OUT=${1:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}
 FILTER=${2:?filter}; REPS=${3:?reps}
@@ -26,24 +25,15 @@ shift 3
 SCENARIO=${SCENARIO:-scenarios/bench_lora_ops.json}
 LAUNCH=()
 [ -n "${MPI_NP:-}" ] && LAUNCH=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np "$MPI_NP")
-mkdir -p "$OUT" || exit 2
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ab_bench.XXXXXX") || exit 2
-trap 'rm -rf "$WORK"' EXIT
-D=$WORK/bench_ab
-"$(dirname "$0")/ab_unpack.sh" "$D" || exit 2
-pack() {  # the finished runs so far -> OUT/bench_ab.tgz (rename: never a half-written tarball)
-  tar -C "$WORK" -czf "$OUT/.bench_ab.tgz.part" bench_ab && mv -f "$OUT/.bench_ab.tgz.part" "$OUT/bench_ab.tgz"
-}
-pack
-start=$(date +%s)
+source "$(dirname "$0")/ab_common.sh"
+ab_begin "$OUT" bench_ab bench_ab.tgz
+D=$AB_DIR
 status=0
 for rep in $(seq 1 "$REPS"); do
   for n in "$@"; do
     b=.carry/ab/bin/punica-bench_$n
     [ -x "$b" ] || { echo "ab_bench_device.sh: no binary $b" >&2; status=2; continue; }
-    if [ -n "${DEADLINE:-}" ] && [ $(( $(date +%s) - start )) -ge "$DEADLINE" ]; then
-      echo "bench $n rep $rep SKIPPED: past DEADLINE=$DEADLINE s" | tee -a "$D/skipped.txt"; status=1; continue
-    fi
+    if ab_past_deadline "bench $n rep $rep"; then status=1; continue; fi
     t0=$(date +%s)
     timeout -k 10 "${STEP_TIMEOUT:-280}" "${LAUNCH[@]}" "$b" run --backend cuda -q ${RUN_ARGS:---no-baselines --sample-rows 16} -f "$FILTER" \
       -o "$D/${n}_$rep.json" --overwrite "$SCENARIO" > "$D/${n}_$rep.log" 2>&1
@@ -52,8 +42,8 @@ for rep in $(seq 1 "$REPS"); do
     rc_note=""
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then rc_note=" TIMED OUT at STEP_TIMEOUT=${STEP_TIMEOUT:-280} s, no result"; fi
     echo "bench $n rep $rep rc=$rc $(( $(date +%s) - t0 ))s$rc_note"; [ $rc -ne 0 ] && status=1
-    pack || status=1
+    ab_pack || status=1
   done
 done
-pack || status=1
+ab_pack || status=1
 exit $status

@@ -5,38 +5,32 @@
 #   scripts/ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]
 # CORRECT_FILTER (default '*'; the disabled perf tests are not run by it) selects the tests run once.
 # DEADLINE=S: no perf run starts once S seconds have passed since this script began. OUTDIR holds
-# only ab.tgz, rewritten after every run, so a call cut by the device tool's limit still returns what
-# finished (as scripts/ab_bench_device.sh).
+# only ab.tgz, rewritten after every run (scripts/ab_common.sh), so a call cut by the device tool's
+# limit still returns what finished.
 set -uo pipefail
 OUT=${1:?usage: ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]}
 TARGET=${2:?target}; FILTER=${3:?gtest filter}; REPS=${4:?reps}
 shift 4
 [ $# -ge 1 ] || { echo "ab_device.sh: name at least one variant" >&2; exit 2; }
-mkdir -p "$OUT" || exit 2
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ab_dev.XXXXXX") || exit 2
-trap 'rm -rf "$WORK"' EXIT
-L=$WORK/logs
-"$(dirname "$0")/ab_unpack.sh" "$L" || exit 2
-pack() { tar -C "$WORK" -czf "$OUT/.ab.tgz.part" logs && mv -f "$OUT/.ab.tgz.part" "$OUT/ab.tgz"; }
-start=$(date +%s)
+source "$(dirname "$0")/ab_common.sh"
+ab_begin "$OUT" logs ab.tgz
+L=$AB_DIR
 status=0
 for n in "$@"; do
   b=.carry/ab/bin/${TARGET}_$n
   [ -x "$b" ] || { echo "ab_device.sh: no binary $b" >&2; status=2; continue; }
   timeout -k 10 300 "$b" --gtest_filter="${CORRECT_FILTER:-*}" > "$L/correct_$n.txt" 2>&1
   rc=$?; echo "correct $n rc=$rc"; [ $rc -ne 0 ] && status=1
-  pack || status=1
+  ab_pack || status=1
 done
 for rep in $(seq 1 "$REPS"); do
   for n in "$@"; do
-    if [ -n "${DEADLINE:-}" ] && [ $(( $(date +%s) - start )) -ge "$DEADLINE" ]; then
-      echo "perf $n rep $rep SKIPPED: past DEADLINE=$DEADLINE s" | tee -a "$L/skipped.txt"; status=1; continue
-    fi
+    if ab_past_deadline "perf $n rep $rep"; then status=1; continue; fi
     timeout -k 10 300 ".carry/ab/bin/${TARGET}_$n" --gtest_also_run_disabled_tests --gtest_filter="$FILTER" \
       > "$L/perf_${n}_$rep.txt" 2>&1
     rc=$?; echo "perf $n rep $rep rc=$rc"; [ $rc -ne 0 ] && status=1
-    pack || status=1
+    ab_pack || status=1
   done
 done
-pack || status=1
+ab_pack || status=1
 exit $status
