@@ -175,7 +175,18 @@ struct FusedConfig {
   int sk_blocks = 0;
   std::size_t smem = 0;
 };
-constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block at least (device side)
+constexpr int kStreamKMinIters = 8;  // k-tiles per stream-K block: the host's rule for choosing stream-K
+// The device's floor of k-tiles per stream-K block (G = min(resident blocks, W / this), W = the real
+// (tile, k-tile) iterations). It binds only where the host chose stream-K for more tiles than the
+// batch has: few adapters in many slots. 8 until v29; 4 measured on the H200 (bench A/B of one
+// binary under PUNICA_SK_MIN_ITERS = 8 / 4 / 2, results/NOTES.md v29 part 1, bench_sparse_slots
+// T=64 / 256 with 1, 2 or 8 adapters in 32 slots, 2 rounds, back to back / cold): qkv r=64 T=64 one
+// adapter 13.55 -> 10.63 us (0.78 / 0.81); 22 of the 72 cases 0.78-0.94 (qkv, or rank 64), the
+// other 50 0.97-1.02; the dense bench's shrinks T=64-8192 0.90-1.02 (one round; the floor does not
+// bind there). 2 was faster still at qkv
+// r=64 (3 groups per warp, 8 adapters: 0.83 of 4's time) but 1.05-1.07 slower at one slice r=64
+// T=256, whose ranges are then mostly prologue.
+constexpr int kStreamKMinBlockIters = 4;
 
 // Split-K over the k-tiles when the token tiles fill fewer than `target` blocks: up to ~target
 // blocks, at least 4 k-tiles per split, at most 16 splits (both tile kinds of fused_config); `wide`:

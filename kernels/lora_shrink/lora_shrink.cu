@@ -872,8 +872,8 @@ __global__ void __launch_bounds__(H::kFusedThreads, WGN > 64 ? 1 : (BM == 64 && 
     // faster than equal ranges there (T=8192 qkv r=16, 8 adapters: 27.3 vs 30.1 us back to back).
     const int64_t ksf = G / max(int64_t(1), tl);
     if (ksf >= 1 && tl * ksf * 10 >= G * 9) G = tl * ksf;
-    // at least kStreamKMinIters k-tiles per block: short ranges would be all pipeline prologue
-    G = min(G, max(int64_t(1), W / H::kStreamKMinIters));
+    // at least kStreamKMinBlockIters k-tiles per block: short ranges would be all pipeline prologue
+    G = min(G, max(int64_t(1), W / H::kStreamKMinBlockIters));
     if (int64_t(blockIdx.x) >= G) return;
     w = W * blockIdx.x / G;
     w1 = W * (blockIdx.x + 1) / G;
