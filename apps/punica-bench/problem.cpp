@@ -187,6 +187,7 @@ struct LoraCommon {
   int ranks_idx = -1;
   MetaIdx meta;
   ActiveSet act;
+  int active_hint = 0;  // num_active_loras passed to the ops (0 = not given)
 
   void init(const Case& c, const BatchLayout& lay, Builder& b, const std::vector<int32_t>& map) {
     L = c.max_loras; r = c.max_rank; S = int(c.slices.size()); T = int64_t(map.size()); K = c.hidden;
@@ -196,6 +197,8 @@ struct LoraCommon {
     ranks_idx = b.ints("lora_ranks", slot_rank);
     meta = add_meta(b, map, L, false, meta_ws_bytes(T, L));
     act = active_set(map, L);
+    // vLLM's num_active_loras: the distinct adapters of the batch, known on the host
+    active_hint = c.active_loras_hint ? int(act.active_slots.size()) : 0;
   }
   const int32_t* ranks(const std::vector<void*>& p) const { return static_cast<const int32_t*>(p[ranks_idx]); }
   double sum_active_rank() const {
@@ -251,7 +254,7 @@ class ShrinkProblem final : public Problem {
     a.dtype = dtype; a.out_dtype = out_dtype_; a.num_tokens = k_.T; a.hidden = k_.K;
     a.x = p[x_]; a.x_row_stride = k_.K; a.num_slices = k_.S;
     for (int s = 0; s < k_.S; ++s) a.lora_a[s] = p[a_[s]];
-    a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p);
+    a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.num_active_loras = k_.active_hint;
     a.meta = k_.meta.view(p); a.scale = scale_; a.y = p[y_];
     return a;
   }
@@ -310,6 +313,7 @@ class ExpandProblem final : public Problem {
     a.in_dtype = in_dtype_; a.dtype = dtype; a.num_tokens = k_.T; a.x = p[x_]; a.num_slices = k_.S;
     for (int s = 0; s < k_.S; ++s) { a.lora_b[s] = p[b_[s]]; a.slice_width[s] = k_.N[s]; }
     a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = k_.meta.view(p);
+    a.num_active_loras = k_.active_hint;
     a.y = p[y_]; a.y_row_stride = W_; a.offset_start = offset_; a.add_inputs = add_inputs_;
     return a;
   }
@@ -372,6 +376,7 @@ class LinearProblem final : public Problem {
     a.num_slices = k_.S;
     for (int s = 0; s < k_.S; ++s) { a.lora_a[s] = p[a_[s]]; a.lora_b[s] = p[b_[s]]; a.slice_width[s] = k_.N[s]; }
     a.max_loras = k_.L; a.max_rank = k_.r; a.lora_ranks = k_.ranks(p); a.meta = k_.meta.view(p);
+    a.num_active_loras = k_.active_hint;
     a.scale = scale_; a.y = p[y_]; a.y_row_stride = W_; a.add_inputs = add_inputs_; a.workspace = p[ws_];
     return a;
   }

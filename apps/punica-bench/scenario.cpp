@@ -30,7 +30,7 @@ const char* const kSchema = "punica-bench.scenario/1";
 const std::vector<std::string> kFields = {
     "name", "op", "model", "module", "layer", "hidden", "slices", "num_slices", "num_heads",
     "num_kv_heads", "head_dim", "vocab", "out_features", "phase", "num_requests",
-    "tokens_per_request", "num_tokens", "max_loras", "num_adapters", "ranks", "max_rank",
+    "tokens_per_request", "num_tokens", "max_loras", "num_adapters", "active_loras_hint", "ranks", "max_rank",
     "popularity", "no_lora_fraction", "none_slices", "scale", "add_inputs", "offset_start", "dtype",
     "intermediate_dtype", "tp", "fully_sharded", "seed", "warmup", "iters"};
 
@@ -260,7 +260,7 @@ void check_value(const std::string& file, const std::string& key, const Alt& a) 
     want_number(file, p, v, 0.0, 1.0, "a number in [0, 1]");
   } else if (key == "scale") {
     want_number(file, p, v, -1e30, 1e30, "a finite number");
-  } else if (key == "add_inputs" || key == "fully_sharded") {
+  } else if (key == "add_inputs" || key == "fully_sharded" || key == "active_loras_hint") {
     want_bool(file, p, v);
   } else if (key == "dtype" || key == "intermediate_dtype") {
     want_dtype(file, p, v);
@@ -410,6 +410,11 @@ void CaseBuilder::resolve_adapters() {
   for (int64_t s : list("none_slices")) c_.none_slices.push_back(int(s));
   c_.scale = has("scale") ? float(v("scale").get<double>()) : 1.0f;
   c_.add_inputs = has("add_inputs") ? v("add_inputs").get<bool>() : true;
+  c_.active_loras_hint = has("active_loras_hint") ? v("active_loras_hint").get<bool>() : false;
+  if (c_.active_loras_hint && c_.op != "lora_shrink" && c_.op != "lora_expand" && c_.op != "add_lora_linear")
+    problem("expected active_loras_hint only with op lora_shrink, lora_expand or add_lora_linear (the ops whose "
+            "launch rules take num_active_loras), got op " + c_.op,
+            {"active_loras_hint", "op"});
   c_.offset_start = i64("offset_start", 0);
   if (has("dtype")) c_.dtype = want_dtype(file_, path("dtype"), v("dtype"));
   if (has("intermediate_dtype"))
@@ -673,6 +678,7 @@ Case CaseBuilder::build() {
   p["num_tokens"] = c_.num_tokens;
   p["max_loras"] = c_.max_loras;
   p["num_adapters"] = c_.num_adapters;
+  p["active_loras_hint"] = c_.active_loras_hint;
   p["ranks"] = c_.ranks;
   p["max_rank"] = c_.max_rank;
   p["popularity"] = popularity_name(c_.popularity);

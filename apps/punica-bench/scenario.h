@@ -44,6 +44,7 @@ struct Case {
   // adapters
   int max_loras = 0;                  // L slots
   int num_adapters = 0;               // adapters loaded (<= max_loras)
+  bool active_loras_hint = false;     // pass the batch's distinct adapters as num_active_loras
   std::vector<int> ranks;             // true rank per adapter, cycled over adapters
   int max_rank = 0;                   // padded rank r (>= every true rank)
   Popularity popularity;

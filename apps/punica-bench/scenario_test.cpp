@@ -116,6 +116,14 @@ TEST(Scenario, StableIds) {
                          "max_loras": 2, "none_slices": [], "scale": 1.0, "popularity": "zipf"})");
   EXPECT_EQ(e.id, "x/lora_expand/slices=64x64/num_tokens=5/max_loras=2/popularity=zipf/"
                   "none_slices=none/scale=1");
+  EXPECT_FALSE(e.active_loras_hint);
+  EXPECT_EQ(e.params.at("active_loras_hint"), false);
+  // The active-adapter hint is an axis after num_adapters, in the id only where declared.
+  Case h = one("{}", R"({"name": "h", "op": "lora_expand", "slices": [64], "num_tokens": 5, "max_loras": 32,
+                         "num_adapters": 2, "active_loras_hint": true})");
+  EXPECT_EQ(h.id, "h/lora_expand/slices=64/num_tokens=5/max_loras=32/num_adapters=2/active_loras_hint=1");
+  EXPECT_TRUE(h.active_loras_hint);
+  EXPECT_EQ(h.params.at("active_loras_hint"), true);
   // The shipped grid's first id (dashboards and compare match on it).
   Scenario g = load_scenario(std::string(PUNICA_SOURCE_DIR) + "/scenarios/ci_kernel_grid.json");
   EXPECT_EQ(g.cases.at(0).id,
@@ -160,7 +168,7 @@ TEST(Scenario, EveryShippedScenarioLoads) {
     EXPECT_EQ(counts.count(f), 1u) << f;
   EXPECT_EQ(counts["vllm_kernel_grid.json"], 2u * 4 * 4 * 8 * 3 * 2 + 2u * 12 * 3 * 2);
   EXPECT_EQ(counts["bench_lora_ops.json"], 3u * 6 * (2 * 3 * 2 + 3 * 2 + 2));
-  EXPECT_EQ(counts["bench_sparse_slots.json"], 3u * 3 * 3 * (2 * 2 + 2));  // ops x T x adapters x shapes
+  EXPECT_EQ(counts["bench_sparse_slots.json"], 2u * 3 * 3 * 3 * (2 * 2 + 2));  // (plain, hinted) x ops x T x adapters x shapes
   EXPECT_EQ(counts["ci_layers.json"], 152u);
 }
 
@@ -296,6 +304,10 @@ TEST(Scenario, BadInputsAreUsageErrorsNamingFileAndPath) {
   expect_usage(with(R"({"name": "a", "op": "lora_shrink", "tp": [1, "2"]})"), "/cases/0/tp/1", "expected a positive integer");
   expect_usage(with(R"({"name": "a", "op": "lora_shrink", "tp": []})"), "/cases/0/tp", "non-empty list");
   expect_usage(with(R"({"name": "a", "op": "lora_shrink", "add_inputs": 1})"), "/cases/0/add_inputs", "expected true or false");
+  expect_usage(with(R"({"name": "a", "op": "lora_shrink", "active_loras_hint": "yes"})"), "/cases/0/active_loras_hint",
+               "expected true or false");
+  expect_usage(with(R"({"name": "a", "op": "lora_meta", "active_loras_hint": true})"), "/cases/0/active_loras_hint",
+               "expected active_loras_hint only with op lora_shrink, lora_expand or add_lora_linear");
   expect_usage(with(R"({"name": "a", "op": "lora_shrink", "no_lora_fraction": 1.5})"), "/cases/0/no_lora_fraction", "expected a number in [0, 1]");
   expect_usage(with(R"({"name": "a", "op": "lora_shrink", "seed": -1})"), "/cases/0/seed", "non-negative integer");
   expect_usage(with(R"({"name": "a/b", "op": "lora_shrink"})"), "/cases/0/name", "without '/'");

@@ -40,6 +40,7 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
   sa.x_row_stride = a.x_row_stride ? a.x_row_stride : a.hidden;
   sa.num_slices = a.num_slices;
   sa.max_loras = a.max_loras;
+  sa.num_active_loras = a.num_active_loras;
   sa.max_rank = a.max_rank;
   sa.lora_ranks = a.lora_ranks;
   sa.meta = a.meta;
@@ -59,6 +60,7 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     total += ea.slice_width[s];
   }
   ea.max_loras = a.max_loras;
+  ea.num_active_loras = a.num_active_loras;
   ea.max_rank = a.max_rank;
   ea.lora_ranks = a.lora_ranks;
   ea.meta = a.meta;
@@ -67,13 +69,15 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
   ea.offset_start = 0;
   ea.add_inputs = a.add_inputs;
 
+  // Choices plan for the adapters the batch can use (planned_loras: the caller's hint, else every slot).
+  const int lh = planned_loras(a.max_loras, a.num_active_loras);
   const bool small = linear_heur::use_partials(a.num_tokens);
   if (!small && (path == P::decode || path == P::partials)) path = P::automatic;
-  const bool auto_tiles = linear_heur::use_tiles(a.num_tokens, a.max_loras, a.max_rank);
+  const bool auto_tiles = linear_heur::use_tiles(a.num_tokens, lh, a.max_rank);
   if (path == P::automatic) {
     if (auto_tiles)
       path = P::tiles;
-    else if (linear_heur::use_split_partials(a.num_tokens, a.max_loras, a.max_rank, a.hidden, a.num_slices, total))
+    else if (linear_heur::use_split_partials(a.num_tokens, lh, a.max_rank, a.hidden, a.num_slices, total))
       path = P::partials;
     else
       path = P::decode;
@@ -91,8 +95,8 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     } else {
       launch_lora_expand(ea, stream);
     }
-  } else if ((small ? auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)
-                   : linear_heur::mid_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras, a.hidden)) &&
+  } else if ((small ? auto_tiles && linear_heur::small_cluster_pdl_expand(a.num_tokens, a.num_slices, a.max_rank, lh)
+                   : linear_heur::mid_cluster(a.num_tokens, a.num_slices, a.max_rank, lh, a.hidden)) &&
              detail::shrink_cluster_ok(sa)) {
     // The cluster shrink as a programmatic dependent of the kernel before it, whose CTAs trigger
     // their own dependents only after their griddepcontrol.wait (late_trigger), then the expand as

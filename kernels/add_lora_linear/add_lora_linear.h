@@ -22,6 +22,8 @@ struct AddLoraLinearArgs {
   int64_t slice_width[kMaxSlices] = {};
   int max_loras = 0;
   int max_rank = 0;
+  int num_active_loras = 0;       // 0 = unknown; else an upper bound on the distinct adapters the
+                                  // batch uses (planned_loras, kernels/common/lora_types.h)
   const int32_t* lora_ranks = nullptr;
   LoraMetaView meta;
   float scale = 1.0f;

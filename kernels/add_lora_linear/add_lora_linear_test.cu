@@ -35,6 +35,7 @@ struct LinearCase {
   detail::LinearPath path = detail::LinearPath::automatic;
   bool late = false;  // x and y written by the kernel directly before the op (testutil::late_copy)
   bool twice = false;  // the op twice in a row on one stream (the second adds its product again)
+  int hint = 0;        // num_active_loras (0 = not given)
 };
 
 void run_case(const LinearCase& c) {
@@ -92,6 +93,7 @@ void run_case(const LinearCase& c) {
     a.slice_width[s] = c.widths[s];
   }
   a.max_loras = L;
+  a.num_active_loras = c.hint;
   a.max_rank = R;
   a.lora_ranks = dranks.as<int32_t>();
   a.meta = dm.view();
@@ -190,6 +192,21 @@ TEST(AddLoraLinear, FewTokensPerAdapter) {
 }
 // Every path at every batch size it serves (decode and partials up to 128 tokens, tiles at any
 // T): mixed ranks with NaN padding, 3 unequal slices, add_inputs off, fp16.
+// num_active_loras: one or two adapters in 32 slots, the hint exact (every path the automatic rule
+// takes with the hint), NaN padding, 1 and 3 unequal slices.
+TEST(AddLoraLinear, ActiveLorasHint) {
+  for (bool one : {false, true})
+    for (int T : {1, 16, 64, 200, 2048, 8192})
+      for (int S : {1, 3}) {
+        LinearCase c;
+        c.T = T;
+        c.widths = S == 1 ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 1024, 1024};
+        c.ranks = testutil::sparse_ranks(one);
+        c.nan_pad = true;
+        c.hint = one ? 1 : 2;
+        run_case(c);
+      }
+}
 TEST(AddLoraLinear, EveryPath) {
   using P = detail::LinearPath;
   for (P path : {P::decode, P::partials, P::tiles})

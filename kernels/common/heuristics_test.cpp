@@ -12,6 +12,18 @@
 namespace punica::kernels {
 namespace {
 
+// num_active_loras (the caller's hint) replaces max_loras in the launch rules only when it is
+// given and smaller; the grids then cover its entries plus the -1 entry.
+TEST(LoraTypes, PlannedLoras) {
+  EXPECT_EQ(planned_loras(32, 0), 32);   // not given: every slot
+  EXPECT_EQ(planned_loras(32, 1), 1);
+  EXPECT_EQ(planned_loras(32, 8), 8);
+  EXPECT_EQ(planned_loras(32, 32), 32);
+  EXPECT_EQ(planned_loras(32, 40), 32);  // never more than the slots
+  EXPECT_EQ(planned_loras(32, -3), 32);
+  EXPECT_EQ(planned_loras(0, 4), 0);
+}
+
 TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
   // qkv r=64 (3 column groups per warp, 96 KB of stages): 2 blocks per SM fit, so K splits 3 ways
   // (aiming at 3 per SM, 4 ways, measured 11% slower: NOTES v4).

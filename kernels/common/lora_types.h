@@ -22,6 +22,18 @@ struct LoraMetaView {
   const int32_t* num_active = nullptr;            // [1] number of unique values (incl. -1)
 };
 
+// The adapters the launch rules plan for: `num_active_loras` when the caller gives it (a host-side
+// upper bound on the distinct adapters the batch uses: vLLM's num_active_loras, which its model
+// runner takes from the batch's requests since vllm-project/vllm#32005 and passes to the LoRA
+// kernels' grids), else every slot. The kernels' choices (which kernel, tile, split) and their grids
+// (the metadata entries that can hold tokens: this + 1 for the -1 entry) follow it, so a batch that
+// uses MORE distinct adapters than the hint breaks the contract: the tokens of the entries past the
+// grid are left out, as in vLLM. The metadata lists the active entries first (lora_meta), which is
+// what lets a grid stop at this bound. Slot ids and lora_ranks still span max_loras.
+inline int planned_loras(int max_loras, int num_active_loras) {
+  return num_active_loras > 0 && num_active_loras < max_loras ? num_active_loras : max_loras;
+}
+
 // Upper bound of the token tiles of bm rows that the tile lookup (lora_dev::find_tile) can return
 // over `entries` metadata entries holding at most T tokens in all: each non-empty entry starts a
 // tile, so sum ceil(n_i / bm) <= (T + min(entries, T) * (bm - 1)) / bm. At least 1 (a launch needs a

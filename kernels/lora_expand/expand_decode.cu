@@ -220,7 +220,7 @@ void launch_mode(const DecodeParams& p, bool per_token, cudaStream_t st) {
   if (per_token) {
     launch_cfg<T, G, KV, UNR, 1, true>(p, p.T, st);
   } else {
-    const int64_t tiles = std::min<int64_t>(p.T, (p.T + TB - 1) / TB + std::min<int64_t>(p.L, p.T));
+    const int64_t tiles = std::min<int64_t>(p.T, (p.T + TB - 1) / TB + std::min<int64_t>(p.E - 1, p.T));
     launch_cfg<T, G, KV, UNR, TB, false>(p, tiles, st);
   }
 }

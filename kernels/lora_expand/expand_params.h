@@ -16,6 +16,8 @@ struct ExpandCore {
   int64_t col[kMaxSlices];  // first output column of each slice (offset_start included)
   int64_t T;
   int S, L, R;
+  int E;  // metadata entries that can hold tokens: planned_loras + 1 (the -1 entry); host-side grid
+          // bounds only (the device lookups scan all L + 1 entries: the entries past E hold no tokens)
   const int32_t* ranks;
   LoraMetaView meta;
   void* y;
@@ -36,6 +38,7 @@ inline ExpandCore expand_core(const LoraExpandArgs& a) {
   p.T = a.num_tokens;
   p.S = a.num_slices;
   p.L = a.max_loras;
+  p.E = planned_loras(a.max_loras, a.num_active_loras) + 1;
   p.R = a.max_rank;
   p.ranks = a.lora_ranks;
   p.meta = a.meta;

@@ -332,7 +332,7 @@ ExpandParams make_params(const LoraExpandArgs& a, int64_t& maxN) {
 
 template <class T, class TI, bool FROM_PART>
 void launch_gemv(const ExpandParams& p, int64_t maxN, bool vecb, bool pdl, cudaStream_t st) {
-  dim3 grid(unsigned((maxN + H::kGemvCols - 1) / H::kGemvCols), unsigned(p.S), unsigned(p.L + 1));
+  dim3 grid(unsigned((maxN + H::kGemvCols - 1) / H::kGemvCols), unsigned(p.S), unsigned(p.E));
   const std::size_t smem = std::size_t(H::kGemvTokens) * ((p.R + 7) & ~7) * sizeof(float);
   PUNICA_REQUIRE(smem <= 48 * 1024, ErrorKind::usage, "lora_expand: max_rank too large");
   launch_kernel(vecb ? expand_gemv_kernel<T, TI, true, FROM_PART> : expand_gemv_kernel<T, TI, false, FROM_PART>,
@@ -343,7 +343,7 @@ using lora_dev::ensure_smem;
 
 template <class T, class TI, int MINB>
 void launch_staged(const ExpandParams& p, int64_t maxN, cudaStream_t st) {
-  const int64_t tiles = (p.T + H::kStBM - 1) / H::kStBM + p.L + 1;
+  const int64_t tiles = (p.T + H::kStBM - 1) / H::kStBM + p.E;
   PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_expand: too many tokens for one launch");
   dim3 grid(unsigned((maxN + H::kStBN - 1) / H::kStBN), unsigned(tiles), unsigned(p.S));
   constexpr std::size_t smem = std::size_t(H::kStBM + H::kStBN) * H::kStBK * 2 +
@@ -396,14 +396,14 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int3
     slots = std::max(1, sms * per_sm);
     slots_cache[dev & 63].store(slots, std::memory_order_relaxed);
   }
-  const int64_t items = column_tiles(e, BN) * H::pipe_token_tiles(e.T, e.L, BM);
+  const int64_t items = column_tiles(e, BN) * H::pipe_token_tiles(e.T, e.E - 1, BM);
   const int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
   int64_t gx = 0;
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
   // ceil(T / BM) + L + 1 rows, not token_tile_bound (the shrink's grid): the tighter bound measured
   // slower back to back at T=64 rank 64 (results/NOTES.md v27 part 4: one adapter 1.04-1.05, one
   // adapter in 32 slots 1.49-1.63 at unchanged cold times; not explained).
-  const int64_t gy = (e.T + BM - 1) / BM + e.L + 1;
+  const int64_t gy = (e.T + BM - 1) / BM + e.E;
   PUNICA_REQUIRE(gy <= 65535 && gx <= 0x7fffffff, ErrorKind::usage, "lora_expand: too many tokens for one launch");
   expand_stream::Params sp = stream_params(e);
   sp.x_ids = x_ids;
@@ -420,7 +420,7 @@ void launch_stream(const ExpandParams& e, int64_t maxN, cudaStream_t st, ExpandL
   auto* k = expand_stream::expand_stream_kernel<T, TI, BM, BN, BK, WM, WN, MINB>;
   static std::atomic<uint64_t> attr{0};
   ensure_smem(k, Lay::total, attr);
-  const int64_t gy = (e.T + BM - 1) / BM + e.L + 1;
+  const int64_t gy = (e.T + BM - 1) / BM + e.E;
   PUNICA_REQUIRE(gy <= 65535, ErrorKind::usage, "lora_expand: too many tokens for one launch");
   expand_stream::Params sp = stream_params(e);
   const bool standalone = how == ExpandLaunch::standalone;  // else an ordinary launch
@@ -448,15 +448,15 @@ PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, det
                              bool pdl) {
   using K = detail::ExpandPrefillKernel;
   if (a.dtype == DType::f32 || !H::mma_shape_ok(a.dtype, a.max_rank, expand_b_vec_ok(a))) return {K::automatic};
-  const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, a.max_loras, a.max_rank) ||
+  const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras), a.max_rank) ||
                    a.num_tokens > H::kDecodeMaxTokens;
   if (!mma) return {K::automatic};
   if (which == K::mma_staged || !fast_ok(a, p)) return {K::mma_staged};
   // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
   // overlap the shrink's tail (H::prefer_stream_after_shrink).
-  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, a.max_loras)
+  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, planned_loras(a.max_loras, a.num_active_loras))
                                                     : H::prefer_stream(a.num_tokens, a.max_rank));
-  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, a.max_loras))
+  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, planned_loras(a.max_loras, a.num_active_loras)))
     return {K::mma_pipe, true};
   const bool pipe_ok = which != K::mma_stream && !stream;
   return {pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream};
@@ -476,9 +476,9 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
       if (choice.few)
         return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, how);
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
-        const int bm = kind == K::mma_pipe && H::pipe16_few(a.num_tokens, a.max_loras)
+        const int bm = kind == K::mma_pipe && H::pipe16_few(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras))
                            ? 16
-                           : H::small_bm(a.num_tokens, a.max_loras, column_tiles(p, 128), detail::num_sms_cached());
+                           : H::small_bm(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras), column_tiles(p, 128), detail::num_sms_cached());
         if (kind == K::mma_pipe) {
           if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
           if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
@@ -498,7 +498,7 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
       case K::automatic: break;
     }
   }
-  if (a.max_rank <= H::kDecMaxRank && !H::decode_use_gemv(a.num_tokens, a.max_loras))
+  if (a.max_rank <= H::kDecMaxRank && !H::decode_use_gemv(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras)))
     return detail::launch_expand_decode(a, st);
   launch_gemv<T, TI, false>(p, maxN, expand_b_vec_ok(a), false, st);
 }

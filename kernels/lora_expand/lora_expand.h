@@ -20,6 +20,8 @@ struct LoraExpandArgs {
   int64_t slice_width[kMaxSlices] = {};  // N_s (taken from B, may differ per slice)
   int max_loras = 0;
   int max_rank = 0;
+  int num_active_loras = 0;       // 0 = unknown; else an upper bound on the distinct adapters the
+                                  // batch uses (planned_loras, kernels/common/lora_types.h)
   const int32_t* lora_ranks = nullptr;   // [L]
   LoraMetaView meta;
   void* y = nullptr;              // [T, >= offset_start + sum N_s], row stride y_row_stride

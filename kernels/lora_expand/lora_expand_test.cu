@@ -32,6 +32,7 @@ struct ExpandCase {
   bool decode_kernel = false;  // call the decode kernel directly (whatever the automatic choice)
   int expect_wide = -1;        // 0 / 1: expand_heur::decode_wide must say so for the case
   bool late = false;           // x and y written by the kernel directly before the op (testutil::late_copy)
+  int hint = 0;                // num_active_loras (0 = not given)
 };
 
 void run_case(const ExpandCase& c) {
@@ -81,6 +82,7 @@ void run_case(const ExpandCase& c) {
   a.num_slices = S;
   for (int s = 0; s < S; ++s) { a.lora_b[s] = dB[s].get(); a.slice_width[s] = c.widths[s]; }
   a.max_loras = L;
+  a.num_active_loras = c.hint;
   a.max_rank = R;
   a.lora_ranks = dranks.as<int32_t>();
   a.meta = dm.view();
@@ -196,6 +198,21 @@ TEST(LoraExpand, DecodeWideBlocks) {
   run_case(dec({DType::bf16, DType::bf16, 100, {1000, 256}, testutil::many_ranks(), true, 8}, true, 0));
   run_case(dec({DType::bf16, DType::f32, 16, {4096}, {16, 8, 0, 16}, true, 0}, true, 0));
   run_case(dec({DType::bf16, DType::f32, 17, {4096}, {16, 8, 0, 16}, true, 0}, true, 1));
+}
+// num_active_loras: one or two adapters in 32 slots, the hint exact (choices and grids plan for
+// them): every automatic kernel the batch sizes reach, NaN padding, 1 and 3 unequal slices.
+TEST(LoraExpand, ActiveLorasHint) {
+  for (bool one : {false, true})
+    for (int T : {1, 16, 64, 200, 2048, 8192})
+      for (int S : {1, 3}) {
+        ExpandCase c;
+        c.T = T;
+        c.widths = S == 1 ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 1024, 1024};
+        c.ranks = testutil::sparse_ranks(one);
+        c.nan_pad = true;
+        c.hint = one ? 1 : 2;
+        run_case(c);
+      }
 }
 TEST(LoraExpand, AllTokensNone) {
   ExpandCase c{DType::bf16, DType::f32, 7, {1024}, {16, 8}, false, 0};

@@ -923,7 +923,7 @@ void launch_gemv_t(const ShrinkParams& p, bool vec, const H::GemvConfig& c, cuda
   q.kc = c.kc;
   q.nsplit = c.nsplit;
   q.nrowblk = c.nrowblk;
-  dim3 grid(unsigned(c.nsplit * c.nrowblk), unsigned(p.L + 1), unsigned(p.S));
+  dim3 grid(unsigned(c.nsplit * c.nrowblk), unsigned(p.E), unsigned(p.S));
   launch_kernel(vec ? shrink_gemv_kernel<T, TO, true, MODE> : shrink_gemv_kernel<T, TO, false, MODE>, grid,
                 dim3(H::kGemvThreads), 0, st, pdl_secondary, q);
 }
@@ -986,7 +986,7 @@ void launch_mma_bn(const ShrinkParams& p, const H::MmaConfig& c, cudaStream_t st
   ShrinkParams q = p;
   q.nrc = c.nrc;
   q.ktiles_per_split = c.ktiles_per_split;
-  const int64_t tiles = (p.T + H::kMmaBM - 1) / H::kMmaBM + p.L + 1;
+  const int64_t tiles = (p.T + H::kMmaBM - 1) / H::kMmaBM + p.E;
   PUNICA_REQUIRE(tiles <= 65535, ErrorKind::usage, "lora_shrink: too many tokens for one launch");
   dim3 grid(unsigned(p.S * c.nrc), unsigned(tiles), unsigned(c.ksplit));
   shrink_mma_kernel<T, BN, VEC><<<grid, H::kMmaThreads, smem, st>>>(q);
@@ -1021,7 +1021,7 @@ void launch_fused_t(const ShrinkParams& p, const H::FusedConfig& c, cudaStream_t
   // results/NOTES.md v27 part 4, back to back / cold): one slice r=64 T=2048 one adapter 13.83 ->
   // 12.13 us (0.88 / 0.88), H=8192 0.92 / 0.93, qkv r=16 0.88 / 0.89; the other 76 shrink cases at
   // T=16-2048 0.98-1.03 / 0.96-1.01 except mixed ranks one slice T=256 (1.07 / 1.04, not explained).
-  const int64_t tiles = token_tile_bound(p.T, int64_t(p.L) + 1, BM);
+  const int64_t tiles = token_tile_bound(p.T, int64_t(p.E), BM);
   PUNICA_REQUIRE(tiles < (int64_t(1) << 31) && c.ksplit <= 65535, ErrorKind::usage, "lora_shrink: too many tokens");
   // split-K: PDL secondary of the zero kernel
   if (c.stream_k)
@@ -1073,14 +1073,16 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
     PUNICA_CUDA_CHECK(cudaMemsetAsync(a.y, 0, ybytes, stream));
     return;
   }
+  // Choices plan for the adapters the batch can use (planned_loras: the caller's hint, else every slot).
+  const int lh = planned_loras(a.max_loras, a.num_active_loras);
   const bool want_cluster =
       kind == K::cluster ||
-      (kind == K::automatic && H::auto_cluster(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) ||
-      (kind == K::small_cluster && H::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
+      (kind == K::automatic && H::auto_cluster(a.num_tokens, a.num_slices, a.max_rank, lh)) ||
+      (kind == K::small_cluster && H::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, lh));
   if (want_cluster && detail::shrink_cluster_ok(a)) return detail::launch_shrink_cluster(a, stream);
   // Not the cluster tile (for `cluster`: a shape the tile does not take): automatic's other kernels.
   if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
-  if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)) return detail::launch_shrink_decode(a, stream);
+  if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, lh)) return detail::launch_shrink_decode(a, stream);
   const ShrinkParams p = make_params(a);
   const bool vec = shrink_vec_ok(a, p);
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;
@@ -1089,18 +1091,18 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   const bool as_auto = kind == K::automatic || kind == K::fused_wk || kind == K::fused_wg;
   const bool wg = fused_ok && detail::wgmma_available() &&
                   (kind == K::fused_wg ||
-                   (kind == K::automatic && H::auto_wg(a.num_tokens, a.num_slices, a.max_rank, a.max_loras)));
+                   (kind == K::automatic && H::auto_wg(a.num_tokens, a.num_slices, a.max_rank, lh)));
   const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk || kind == K::fused_wk ||
                           kind == K::fused_wg || wg ||
-                          (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, a.max_loras));
+                          (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, lh));
   if (fused_ok && want_fused) {
     const int sms = num_sms_cached();
     const H::FusedConfig c = H::fused_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank, sms,
                                              kind != K::fused_nosplit, bm128 ? 128 : H::kFusedBM, sk, as_auto,
-                                             a.max_loras,
+                                             lh,
                                              kind == K::fused_wk ||
                                                  (kind == K::automatic && !wg && H::auto_wk(a.num_tokens, a.hidden, a.num_slices,
-                                                                                            a.max_rank, sms, a.max_loras)),
+                                                                                            a.max_rank, sms, lh)),
                                              wg);
     if (c.ksplit > 1 || c.stream_k) launch_zero(static_cast<float*>(a.y), n, stream);
     if (a.dtype == DType::bf16) launch_fused<__nv_bfloat16>(p, c, stream);

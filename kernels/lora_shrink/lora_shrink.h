@@ -21,6 +21,8 @@ struct LoraShrinkArgs {
   const void* lora_a[kMaxSlices] = {};  // each [L, max_rank, K] contiguous (vLLM [L,1,r,K])
   int max_loras = 0;              // L
   int max_rank = 0;               // r (padded)
+  int num_active_loras = 0;       // 0 = unknown; else an upper bound on the distinct adapters the
+                                  // batch uses (planned_loras, kernels/common/lora_types.h)
   const int32_t* lora_ranks = nullptr;  // [L] true rank per slot (0 = empty slot)
   LoraMetaView meta;              // token-level metadata
   float scale = 1.0f;

@@ -31,6 +31,7 @@ struct ShrinkCase {
   uint64_t seed = 1;
   detail::ShrinkKernel kernel = detail::ShrinkKernel::automatic;
   bool late = false;  // x written by the kernel directly before the op (testutil::late_copy)
+  int hint = 0;       // num_active_loras (0 = not given)
 };
 
 void run_case(const ShrinkCase& c) {
@@ -75,6 +76,7 @@ void run_case(const ShrinkCase& c) {
   a.num_slices = c.S;
   for (int s = 0; s < c.S; ++s) a.lora_a[s] = dA[s].get();
   a.max_loras = L;
+  a.num_active_loras = c.hint;
   a.max_rank = R;
   a.lora_ranks = dranks.as<int32_t>();
   a.meta = dm.view();
@@ -162,6 +164,22 @@ TEST(LoraShrink, DecodeManyAdapters) {
     run_case(d);
   }
   run_case({DType::f16, DType::bf16, 64, 1024, 2, {16, 64, 0}});
+}
+// num_active_loras: one or two adapters in 32 slots, the hint exact, so the choices and grids plan
+// for them; every automatic kernel the batch sizes reach (decode, cluster, fused split-K / stream-K,
+// wgmma), NaN padding, 1 and 3 slices, K = 2049.
+TEST(LoraShrink, ActiveLorasHint) {
+  for (bool one : {false, true})
+    for (int T : {1, 16, 64, 200, 2048, 8192})
+      for (int S : {1, 3}) {
+        ShrinkCase c{DType::bf16, DType::f32, T, 4096, S, testutil::sparse_ranks(one)};
+        c.nan_pad = true;
+        c.hint = one ? 1 : 2;
+        run_case(c);
+      }
+  ShrinkCase d{DType::f16, DType::f32, 300, 2049, 1, testutil::sparse_ranks()};
+  d.hint = 2;
+  run_case(d);
 }
 TEST(LoraShrink, SixteenBitOutput) {
   run_case({DType::bf16, DType::bf16, 7, 4096, 2, {16, 8}});

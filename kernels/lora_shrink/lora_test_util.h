@@ -107,6 +107,16 @@ inline std::vector<int32_t> make_mapping(int T, const std::vector<int>& ranks, u
   return map;
 }
 
+// Few adapters in many slots (bench_sparse_slots' regime): 32 slots, only slots 5 (rank 64) and
+// 29 (rank 16) loaded, or only slot 17 (rank 64) with one = true.
+inline std::vector<int> sparse_ranks(bool one = false) {
+  std::vector<int> r(32, 0);
+  if (one) { r[17] = 64; return r; }
+  r[5] = 64;
+  r[29] = 16;
+  return r;
+}
+
 // Device copy with guard regions before and after (kGuard elements each, a canary pattern).
 constexpr std::size_t kGuard = 64;
 // 40 slots for the decode tests: mixed true ranks (1, 8, 16, 33, 64) and empty (rank 0) slots.

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(H::kDecThreads) shrink_decode_kernel(DecodePar
 template <class T, class TO, int RB, int TB, bool PT>
 void launch_cfg(const DecodeParams& p, bool vec, cudaStream_t st) {
   const int64_t rblk = (p.R + RB - 1) / RB;
-  const int64_t tiles = PT ? p.T : std::min<int64_t>(p.T, (p.T + TB - 1) / TB + std::min<int64_t>(p.L + 1, p.T));
+  const int64_t tiles = PT ? p.T : std::min<int64_t>(p.T, (p.T + TB - 1) / TB + std::min<int64_t>(p.E, p.T));
   if (rblk == 0 || tiles == 0) return;
   PUNICA_REQUIRE(tiles <= 65535 && rblk * p.S < (int64_t(1) << 31), ErrorKind::usage,
                  "lora_shrink: too many tokens for the decode kernel");

@@ -13,6 +13,8 @@ struct ShrinkCore {
   const void* a[kMaxSlices];
   int64_t T, K;
   int S, L, R;
+  int E;  // metadata entries that can hold tokens: planned_loras + 1 (the -1 entry); host-side grid
+          // bounds only (the device lookups scan all L + 1 entries: the entries past E hold no tokens)
   const int32_t* ranks;
   LoraMetaView meta;
   float scale;
@@ -28,6 +30,7 @@ inline ShrinkCore shrink_core(const LoraShrinkArgs& a) {
   p.K = a.hidden;
   p.S = a.num_slices;
   p.L = a.max_loras;
+  p.E = planned_loras(a.max_loras, a.num_active_loras) + 1;
   p.R = a.max_rank;
   p.ranks = a.lora_ranks;
   p.meta = a.meta;
