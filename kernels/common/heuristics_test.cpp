@@ -513,15 +513,6 @@ TEST(ExpandHeuristics, PipeTilesMultiSlice) {
   EXPECT_EQ(expand_heur::pipe_tiles16(1), 4);
   EXPECT_EQ(expand_heur::pipe_tiles16(2), 3);
   EXPECT_EQ(expand_heur::pipe_tiles16(3), 3);
-  // ranks 17-64: the 64 x 128 tiles from 4096 tokens, up to 16 tiles per block, at most the
-  // narrowest slice's (qkv: 8)
-  EXPECT_FALSE(expand_heur::pipe64_wide(2048));
-  EXPECT_TRUE(expand_heur::pipe64_wide(4096));
-  const int64_t one[] = {8192}, qkv[] = {4096, 1024, 1024}, tp2[] = {2048, 512, 512}, odd[] = {100, 4096};
-  EXPECT_EQ(expand_heur::pipe_tiles64(one, 1), 16);
-  EXPECT_EQ(expand_heur::pipe_tiles64(qkv, 3), 8);
-  EXPECT_EQ(expand_heur::pipe_tiles64(tp2, 3), 4);
-  EXPECT_EQ(expand_heur::pipe_tiles64(odd, 2), 1);
 }
 
 }  // namespace

@@ -26,12 +26,12 @@ constexpr int kStMinBlocks = 3;
 //    (3 stages / 3 blocks: 0.63-0.68; 128 x 128: 0.64-0.73; 2 or 8 tiles per block: 0.57-0.63; a
 //    tiles-per-block count that balances the grid on the SMs: no better, 0.60-0.71).
 //  max_rank <= 64: 64 x 64 tiles, 3 stages, 3 blocks/SM, 8 tiles per block: 0.45-0.52 (64 x 128
-//    with 2 stages: 0.37-0.57; 4 tiles per block: 0.38-0.44). Since v29 from 4096 tokens 64 x 128
-//    tiles, 2 stages, 2 blocks/SM, up to 16 tiles per block (pipe64_wide, pipe_tiles64 below).
+//    with 2 stages: 0.37-0.57; 4 tiles per block: 0.38-0.44).
 // Above rank 64 the streaming kernel (64 x 128, rank chunks of 32, 4 blocks/SM): 0.42-0.61.
 // Tiles per block: at most these, fewer when one wave of resident blocks covers the batch with
 // fewer (T=2048 r=16: 2 tiles 0.43 vs 4 tiles 0.41).
 constexpr int kPipeTiles16 = 4;
+constexpr int kPipeTiles64 = 8;
 // Two or more slices at rank <= 16: at most 3 column tiles per block. Measured (results/NOTES.md v17
 // part 1, 2xH200 host, with the one-round tile lookup): the Llama-3-8B qkv tp2 layer's LoRA part
 // 52.2-52.4 -> 51.1-51.4 us, qkv tp1 72.5-72.9 -> 71.8-72.1, gate_up (2 slices) 214.1-214.3 ->
@@ -39,29 +39,6 @@ constexpr int kPipeTiles16 = 4;
 // r=16 expands and add_lora_linear within -1.2..+0.5 us. One slice keeps 4 (v11: T=2048, one
 // adapter, 10.9 -> 11.7 us with 3).
 inline int pipe_tiles16(int num_slices) { return num_slices >= 2 ? 3 : kPipeTiles16; }
-// Ranks 17-64 from kPipe64WideMinTokens tokens: 64 x 128 tiles, 2 stages, 2 blocks per SM (81 KB),
-// at most kPipeTiles64 column tiles per block and no more than the narrowest slice has, so that
-// every slice splits into equal groups. Below it the 64 x 64 tiles (3 stages, 3 blocks per SM,
-// kPipeTiles64Small tiles per block; also launch_expand_pipe's, for embedding and logits).
-// Measured on the H200 (results/NOTES.md v29 part 3): a sweep of 7 tile / stage / occupancy variants
-// x 4 / 8 / 16 tiles per block (LoraExpandPerf.DISABLED_Pipe64, branch exp/pipe64-variants, 2
-// rounds, in a graph / cold against main's choice): 64 x 128 with 16 tiles 0.84-0.86 / 0.82-0.85 at
-// T=8192 one slice (H=8192: 102.3 -> 88.3 us), with 8 tiles 0.93 at qkv (16 tiles there: 1.09, the
-// two 1024-column slices' 8 tiles made half-size groups); at T=2048 one slice H=8192 1.06-1.13
-// (the 64 x 64 tiles stay there). Then the bench A/B (exp/pipe64-wide against 62876d2, the rank-64
-// and mixed-rank cases at T=2048 / 8192, 2 interleaved rounds, back to back / cold): T=8192
-// lora_expand median 0.925 / 0.930 [0.900..1.005] (H=8192 8 adapters 105.4 -> 95.3 us),
-// add_lora_linear 0.962 / 0.963 [0.935..1.009]; T=2048 1.00; a cap of 32 tiles without the
-// narrowest-slice bound: qkv 1.21-1.35.
-constexpr int kPipeTiles64 = 16;
-constexpr int kPipeTiles64Small = 8;
-constexpr int64_t kPipe64WideMinTokens = 4096;
-inline bool pipe64_wide(int64_t T) { return T >= kPipe64WideMinTokens; }
-inline int pipe_tiles64(const int64_t* widths, int num_slices) {
-  int64_t m = kPipeTiles64;
-  for (int s = 0; s < num_slices; ++s) m = std::min<int64_t>(m, std::max<int64_t>(1, (widths[s] + 127) / 128));
-  return int(m);
-}
 
 // Token tiles of BM rows that the pipelined kernel's blocks will find, estimated on the host for
 // its tiles-per-block choice (ntb = the smallest count that fits the tiles into one wave of

@@ -492,10 +492,7 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
       case K::mma_pipe:
         if (a.max_rank <= 16)
           return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
-        if (H::pipe64_wide(a.num_tokens))
-          return launch_pipe<T, TI, 64, 128, 64, 2, 4, 2, 2>(p, H::pipe_tiles64(a.slice_width, a.num_slices), st,
-                                                            nullptr, 0, how);
-        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64Small, st, nullptr, 0, how);
+        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, how);
       case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
       case K::mma_staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
       case K::automatic: break;
@@ -542,7 +539,7 @@ bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x
     using T = decltype(tag);
     using TI = decltype(in_tag);
     if (a.max_rank <= 16) launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::kPipeTiles16, stream, x_ids, x_vocab);
-    else launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64Small, stream, x_ids, x_vocab);
+    else launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, stream, x_ids, x_vocab);
   };
   auto run_t = [&](auto tag) {
     using T = decltype(tag);
