@@ -28,6 +28,8 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
   using P = detail::LinearPath;
   PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
                  "add_lora_linear: num_slices must be in [1, 8]");
+  PUNICA_REQUIRE(a.num_active_loras >= 0, ErrorKind::usage,
+                 "add_lora_linear: num_active_loras must be >= 0 (0 = not given)");
   if (a.num_tokens == 0 || a.max_loras == 0) return;
   PUNICA_REQUIRE(a.workspace != nullptr || a.max_rank == 0, ErrorKind::usage,
                  "add_lora_linear: workspace missing");

@@ -2,8 +2,13 @@
 // that results/NOTES.md justifies with H200 measurements. A change to a rule must change a
 // number here on purpose.
 #include <gtest/gtest.h>
+#include <string>
 #include <vector>
+#include "kernels/common/error.h"
 #include "kernels/common/lora_types.h"
+#include "kernels/add_lora_linear/add_lora_linear.h"
+#include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_shrink/lora_shrink.h"
 #include "kernels/add_lora_linear/heuristics.h"
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
@@ -22,6 +27,30 @@ TEST(LoraTypes, PlannedLoras) {
   EXPECT_EQ(planned_loras(32, 40), 32);  // never more than the slots
   EXPECT_EQ(planned_loras(32, -3), 32);
   EXPECT_EQ(planned_loras(0, 4), 0);
+}
+
+// A negative num_active_loras is a usage error of each op that takes it, raised before any CUDA call
+// (so this runs without a GPU).
+TEST(LoraTypes, NegativeActiveLorasIsAUsageError) {
+  auto usage = [](auto&& launch) {
+    try {
+      launch();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+      EXPECT_NE(std::string(e.what()).find("num_active_loras must be >= 0"), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "no usage error";
+  };
+  LoraShrinkArgs s;
+  s.num_tokens = 1; s.hidden = 64; s.max_loras = 2; s.max_rank = 16; s.num_active_loras = -1;
+  usage([&] { launch_lora_shrink(s, nullptr); });
+  LoraExpandArgs e;
+  e.num_tokens = 1; e.slice_width[0] = 64; e.max_loras = 2; e.max_rank = 16; e.num_active_loras = -1;
+  usage([&] { launch_lora_expand(e, nullptr); });
+  AddLoraLinearArgs l;
+  l.num_tokens = 1; l.hidden = 64; l.slice_width[0] = 64; l.max_loras = 2; l.max_rank = 16; l.num_active_loras = -1;
+  usage([&] { launch_add_lora_linear(l, nullptr); });
 }
 
 TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {

@@ -246,6 +246,7 @@ void launch_expand_decode(const LoraExpandArgs& a, cudaStream_t stream) {
                  "lora_expand: num_slices must be in [1, 8]");
   PUNICA_REQUIRE(a.max_rank >= 0 && a.max_rank <= H::kDecMaxRank, ErrorKind::usage,
                  "lora_expand: max_rank above 512");
+  PUNICA_REQUIRE(a.num_active_loras >= 0, ErrorKind::usage, "lora_expand: num_active_loras must be >= 0 (0 = not given)");
   if (a.num_tokens == 0 || a.max_loras == 0) return;
   DecodeParams p{};
   static_cast<ExpandCore&>(p) = expand_core(a);

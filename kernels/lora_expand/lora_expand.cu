@@ -312,6 +312,7 @@ void validate(const LoraExpandArgs& a) {
                  "lora_expand: num_slices must be in [1, 8]");
   PUNICA_REQUIRE(a.max_loras >= 0 && a.max_rank >= 0, ErrorKind::usage, "lora_expand: negative size");
   PUNICA_REQUIRE(a.max_loras + 1 <= 65535, ErrorKind::usage, "lora_expand: max_loras too large");
+  PUNICA_REQUIRE(a.num_active_loras >= 0, ErrorKind::usage, "lora_expand: num_active_loras must be >= 0 (0 = not given)");
 }
 
 ExpandParams make_params(const LoraExpandArgs& a, int64_t& maxN) {

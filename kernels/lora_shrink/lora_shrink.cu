@@ -914,6 +914,7 @@ void validate(const LoraShrinkArgs& a) {
   PUNICA_REQUIRE(a.max_loras >= 0 && a.max_rank >= 0 && a.hidden >= 0, ErrorKind::usage,
                  "lora_shrink: negative size");
   PUNICA_REQUIRE(a.max_loras + 1 <= 65535, ErrorKind::usage, "lora_shrink: max_loras too large");
+  PUNICA_REQUIRE(a.num_active_loras >= 0, ErrorKind::usage, "lora_shrink: num_active_loras must be >= 0 (0 = not given)");
 }
 
 template <class T, class TO, OutMode MODE>

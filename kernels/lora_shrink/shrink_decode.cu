@@ -163,6 +163,7 @@ void launch_shrink_decode(const LoraShrinkArgs& a, cudaStream_t stream) {
   PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
                  "lora_shrink: num_slices must be in [1, 8]");
   PUNICA_REQUIRE(a.max_loras >= 0 && a.max_rank >= 0 && a.hidden >= 0, ErrorKind::usage, "lora_shrink: negative size");
+  PUNICA_REQUIRE(a.num_active_loras >= 0, ErrorKind::usage, "lora_shrink: num_active_loras must be >= 0 (0 = not given)");
   if (a.num_tokens == 0 || a.max_rank == 0) return;
   const DecodeParams p = shrink_core(a);
   const bool vec = shrink_vec_ok(a, p);
