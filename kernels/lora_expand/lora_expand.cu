@@ -448,16 +448,17 @@ struct PrefillChoice {
 PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, detail::ExpandPrefillKernel which,
                              bool pdl) {
   using K = detail::ExpandPrefillKernel;
+  const int lh = planned_loras(a.max_loras, a.num_active_loras);  // the adapters the rules plan for
   if (a.dtype == DType::f32 || !H::mma_shape_ok(a.dtype, a.max_rank, expand_b_vec_ok(a))) return {K::automatic};
-  const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras), a.max_rank) ||
+  const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, lh, a.max_rank) ||
                    a.num_tokens > H::kDecodeMaxTokens;
   if (!mma) return {K::automatic};
   if (which == K::mma_staged || !fast_ok(a, p)) return {K::mma_staged};
   // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
   // overlap the shrink's tail (H::prefer_stream_after_shrink).
-  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, planned_loras(a.max_loras, a.num_active_loras))
+  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, lh)
                                                     : H::prefer_stream(a.num_tokens, a.max_rank));
-  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, planned_loras(a.max_loras, a.num_active_loras)))
+  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, lh))
     return {K::mma_pipe, true};
   const bool pipe_ok = which != K::mma_stream && !stream;
   return {pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream};
@@ -469,6 +470,7 @@ template <class T, class TI>
 void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
               detail::ExpandPrefillKernel which, bool pdl) {
   using K = detail::ExpandPrefillKernel;
+  const int lh = planned_loras(a.max_loras, a.num_active_loras);  // the adapters the rules plan for
   if constexpr (!std::is_same_v<T, float>) {
     const ExpandLaunch how = pdl ? ExpandLaunch::after_shrink : ExpandLaunch::standalone;
     const PrefillChoice choice = choose_prefill(a, p, which, pdl);
@@ -477,9 +479,9 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
       if (choice.few)
         return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, how);
       if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
-        const int bm = kind == K::mma_pipe && H::pipe16_few(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras))
+        const int bm = kind == K::mma_pipe && H::pipe16_few(a.num_tokens, lh)
                            ? 16
-                           : H::small_bm(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras), column_tiles(p, 128), detail::num_sms_cached());
+                           : H::small_bm(a.num_tokens, lh, column_tiles(p, 128), detail::num_sms_cached());
         if (kind == K::mma_pipe) {
           if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
           if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
@@ -499,7 +501,7 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
       case K::automatic: break;
     }
   }
-  if (a.max_rank <= H::kDecMaxRank && !H::decode_use_gemv(a.num_tokens, planned_loras(a.max_loras, a.num_active_loras)))
+  if (a.max_rank <= H::kDecMaxRank && !H::decode_use_gemv(a.num_tokens, lh))
     return detail::launch_expand_decode(a, st);
   launch_gemv<T, TI, false>(p, maxN, expand_b_vec_ok(a), false, st);
 }
