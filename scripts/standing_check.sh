@@ -12,8 +12,9 @@
 #   scripts/standing_check.sh OUTDIR s   on a 1-GPU machine: quick + bench (q.tgz), full (f.tgz) and
 #                                        the microbench (m.tgz) in one call (388-452 s in NOTES
 #                                        v24-v27 before full's bench_sparse_slots step; 497 s in
-#                                        v28: 188 + 228 + 81 s, the sparse step 34 s of full's 228,
-#                                        so ~100 s short of the device tool's 600); install with
+#                                        v28: 188 + 228 + 81 s, the sparse step 34 s of full's 228;
+#                                        v29 doubled that step (324 cases, 65 s): part a 436 s and
+#                                        the microbench 79 s, so part s ~530 s of the 600); install with
 #                                        install_results.py --keep l (the 2-GPU layer files stay)
 #   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
 #                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
