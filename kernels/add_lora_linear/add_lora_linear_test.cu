@@ -190,23 +190,21 @@ TEST(AddLoraLinear, FewTokensPerAdapter) {
     run_case(c);
   }
 }
-// Every path at every batch size it serves (decode and partials up to 128 tokens, tiles at any
-// T): mixed ranks with NaN padding, 3 unequal slices, add_inputs off, fp16.
-// num_active_loras: one or two adapters in 32 slots, the hint exact (every path the automatic rule
+// num_active_loras: one or two adapters in 32 slots, the hint exact (the paths the automatic rule
 // takes with the hint), NaN padding, 1 and 3 unequal slices.
 TEST(AddLoraLinear, ActiveLorasHint) {
-  for (bool one : {false, true})
-    for (int T : {1, 16, 64, 200, 2048, 8192})
-      for (int S : {1, 3}) {
-        LinearCase c;
-        c.T = T;
-        c.widths = S == 1 ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 1024, 1024};
-        c.ranks = testutil::sparse_ranks(one);
-        c.nan_pad = true;
-        c.hint = one ? 1 : 2;
-        run_case(c);
-      }
+  testutil::for_each_sparse_hint_case([](int T, const std::vector<int64_t>& widths, const std::vector<int>& ranks, int hint) {
+    LinearCase c;
+    c.T = T;
+    c.widths = widths;
+    c.ranks = ranks;
+    c.nan_pad = true;
+    c.hint = hint;
+    run_case(c);
+  });
 }
+// Every path at every batch size it serves (decode and partials up to 128 tokens, tiles at any
+// T): mixed ranks with NaN padding, 3 unequal slices, add_inputs off, fp16.
 TEST(AddLoraLinear, EveryPath) {
   using P = detail::LinearPath;
   for (P path : {P::decode, P::partials, P::tiles})

@@ -166,17 +166,14 @@ TEST(LoraShrink, DecodeManyAdapters) {
   run_case({DType::f16, DType::bf16, 64, 1024, 2, {16, 64, 0}});
 }
 // num_active_loras: one or two adapters in 32 slots, the hint exact, so the choices and grids plan
-// for them; every automatic kernel the batch sizes reach (decode, cluster, fused split-K / stream-K,
-// wgmma), NaN padding, 1 and 3 slices, K = 2049.
+// for them (the automatic kernels of each batch size), NaN padding, 1 and 3 slices, K = 2049.
 TEST(LoraShrink, ActiveLorasHint) {
-  for (bool one : {false, true})
-    for (int T : {1, 16, 64, 200, 2048, 8192})
-      for (int S : {1, 3}) {
-        ShrinkCase c{DType::bf16, DType::f32, T, 4096, S, testutil::sparse_ranks(one)};
-        c.nan_pad = true;
-        c.hint = one ? 1 : 2;
-        run_case(c);
-      }
+  testutil::for_each_sparse_hint_case([](int T, const std::vector<int64_t>& widths, const std::vector<int>& ranks, int hint) {
+    ShrinkCase c{DType::bf16, DType::f32, T, 4096, int(widths.size()), ranks};
+    c.nan_pad = true;
+    c.hint = hint;
+    run_case(c);
+  });
   ShrinkCase d{DType::f16, DType::f32, 300, 2049, 1, testutil::sparse_ranks()};
   d.hint = 2;
   run_case(d);

@@ -116,6 +116,17 @@ inline std::vector<int> sparse_ranks(bool one = false) {
   r[29] = 16;
   return r;
 }
+// The ActiveLorasHint grid of the shrink, expand and add_lora_linear tests: one or two adapters in
+// 32 slots (sparse_ranks) with the exact hint, T = 1 .. 8192, one slice of 4096 or the qkv slices
+// 4096 / 1024 / 1024. f(T, widths, ranks, hint) runs one case.
+template <class F>
+void for_each_sparse_hint_case(F&& f) {
+  for (bool one : {false, true})
+    for (int T : {1, 16, 64, 200, 2048, 8192})
+      for (int S : {1, 3})
+        f(T, S == 1 ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 1024, 1024}, sparse_ranks(one),
+          one ? 1 : 2);
+}
 
 // Device copy with guard regions before and after (kGuard elements each, a canary pattern).
 constexpr std::size_t kGuard = 64;
