@@ -7,7 +7,7 @@
 #   scripts/ab_compare.py DIR BASE NEW [NEW...]   (medians over the rounds, ratios per op and tokens)
 # or `punica-bench compare` / `targets` on single files.
 #   scripts/ab_bench_device.sh OUTDIR 'FILTER' REPS NAME [NAME...]      (carry [".carry/ab-bin.txz"])
-# SCENARIO (default scenarios/bench_lora_ops.json); RUN_ARGS (default --no-baselines --sample-rows 16)
+# SCENARIO (default scenarios/bench_lora_ops.json; several files separated by spaces); RUN_ARGS (default --no-baselines --sample-rows 16)
 # go to `run`: without --sample-rows the CPU checks every row, and the 8 Llama-3-8B prefill layer
 # cases ran past a 90 s cap that they meet in ~30 s with 16 rows (NOTES v15: a call lost to that);
 # MPI_NP=N runs each binary under `mpirun -np N` (the layer scenarios' tp > 1 cases).
@@ -22,7 +22,7 @@ OUT=${1:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}
 FILTER=${2:?filter}; REPS=${3:?reps}
 shift 3
 [ $# -ge 1 ] || { echo "ab_bench_device.sh: name at least one variant" >&2; exit 2; }
-SCENARIO=${SCENARIO:-scenarios/bench_lora_ops.json}
+read -r -a SCENARIOS <<< "${SCENARIO:-scenarios/bench_lora_ops.json}"
 LAUNCH=()
 [ -n "${MPI_NP:-}" ] && LAUNCH=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np "$MPI_NP")
 source "$(dirname "$0")/ab_common.sh"
@@ -36,7 +36,7 @@ for rep in $(seq 1 "$REPS"); do
     if ab_past_deadline "bench $n rep $rep"; then status=1; continue; fi
     t0=$(date +%s)
     timeout -k 10 "${STEP_TIMEOUT:-280}" "${LAUNCH[@]}" "$b" run --backend cuda -q ${RUN_ARGS:---no-baselines --sample-rows 16} -f "$FILTER" \
-      -o "$D/${n}_$rep.json" --overwrite "$SCENARIO" > "$D/${n}_$rep.log" 2>&1
+      -o "$D/${n}_$rep.json" --overwrite "${SCENARIOS[@]}" > "$D/${n}_$rep.log" 2>&1
     rc=$?
     # a run killed by its cap leaves no JSON (results are written at the end): say so, loudly
     rc_note=""

@@ -300,49 +300,22 @@ struct PipeLayout {
   static constexpr unsigned total = x_off + unsigned(BM) * KP * 2;
 };
 
-template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
-__global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params p, int ntb) {
+// The pipelined kernel's work after its prologue: column tiles [j0, j0 + jn) (of BN columns) of
+// slice s for the block's token rows (stok, filled and synchronised) of adapter slot l with true
+// rank r. smem: PipeLayout<BM, BN, RK, NS>::total bytes.
+template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS>
+__device__ __forceinline__ void pipe_tiles(const Params& p, unsigned char* ep_smem, const int* stok, int s, int j0,
+                                           int jn, int l, int r) {
   using namespace lora_dev;
   constexpr int NT = WM * WN * 32, TM = BM / WM, TN = BN / WN, MI = TM / 16, NI = TN / 8;
   static_assert(TM % 16 == 0 && TN % 16 == 0 && RK % 16 == 0 && NS >= 2, "tile shape");
   using Lay = PipeLayout<BM, BN, RK, NS>;
   constexpr int YP = Lay::YP, KP = Lay::KP;
-  extern __shared__ __align__(128) unsigned char ep_smem[];
   T* const sy = reinterpret_cast<T*>(ep_smem);                                  // [NS][BM][YP]
   T* const sb = reinterpret_cast<T*>(ep_smem + NS * Lay::y_stage);               // [NS][BN][KP]
   T* const sx = reinterpret_cast<T*>(ep_smem + Lay::x_off);                      // [BM][KP]
-  __shared__ int stok[BM];
-
-  pdl_launch_dependents();  // the next kernel may launch; it waits for this grid before reading y
-  // blockIdx.x enumerates groups of ntb column tiles, slice after slice.
-  int s = 0, grp = blockIdx.x, nct = 0;
-  for (;; ++s) {
-    if (s >= p.S) {
-      if (p.wait_first) pdl_wait();
-      return;
-    }
-    nct = int((p.n[s] + BN - 1) / BN);
-    const int ng = (nct + ntb - 1) / ntb;
-    if (grp < ng) break;
-    grp -= ng;
-  }
-  const int64_t Ns = p.n[s];
-  const int j0 = grp * ntb;
-  const int jn = min(ntb, nct - j0);
-  TileRef tr;
-  const int flag = *p.meta.no_lora_flag;  // independent load, in flight with the tile lookup
-  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr) || flag) {
-    if (p.wait_first) pdl_wait();
-    return;
-  }
-  const int l = tr.slot;
-  const int rows = tr.rows(BM);
-  const int start = tr.first(BM);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  for (int i = tid; i < BM; i += NT) stok[i] = i < rows ? p.meta.sorted_token_ids[start + i] : -1;
-  const int r = p.ranks[l];
-  if (p.wait_first) pdl_wait();  // y, B and x only after the kernel before this one is done
-  __syncthreads();
+  const int64_t Ns = p.n[s];
   const T* Bl = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
   T* const Ys = static_cast<T*>(p.y) + p.col[s];
   TileRows<T, BM, BN, YP, NT> yrows;
@@ -452,6 +425,74 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
     yrows.store(Ys + n0, cy, Ns - n0 < BN ? int(Ns - n0) : BN);
   }
   cp_async_wait<0>();
+}
+
+// The block's prologue, shared by the pipelined kernels: its slice s and first column tile j0 (of
+// BN columns; blockIdx.x enumerates groups of ntb tiles, slice after slice), jn tiles, its token
+// tile (blockIdx.y) with the token ids in stok (synchronised), the adapter slot l and its true rank
+// r. false: the block has no work (it has waited for its predecessor where wait_first says so).
+template <int BM, int BN, int NT>
+__device__ __forceinline__ bool pipe_prologue(const Params& p, int ntb, int* stok, int& s, int& j0, int& jn, int& l,
+                                              int& r) {
+  using namespace lora_dev;
+  pdl_launch_dependents();  // the next kernel may launch; it waits for this grid before reading y
+  int grp = blockIdx.x, nct = 0;
+  for (s = 0;; ++s) {
+    if (s >= p.S) {
+      if (p.wait_first) pdl_wait();
+      return false;
+    }
+    nct = int((p.n[s] + BN - 1) / BN);
+    const int ng = (nct + ntb - 1) / ntb;
+    if (grp < ng) break;
+    grp -= ng;
+  }
+  j0 = grp * ntb;
+  jn = min(ntb, nct - j0);
+  TileRef tr;
+  const int flag = *p.meta.no_lora_flag;  // independent load, in flight with the tile lookup
+  if (!find_tile(p.meta, p.L + 1, BM, blockIdx.y, tr) || flag) {
+    if (p.wait_first) pdl_wait();
+    return false;
+  }
+  l = tr.slot;
+  const int rows = tr.rows(BM);
+  const int start = tr.first(BM);
+  for (int i = threadIdx.x; i < BM; i += NT) stok[i] = i < rows ? p.meta.sorted_token_ids[start + i] : -1;
+  r = p.ranks[l];
+  if (p.wait_first) pdl_wait();  // y, B and x only after the kernel before this one is done
+  __syncthreads();
+  return true;
+}
+
+template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
+__global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params p, int ntb) {
+  extern __shared__ __align__(128) unsigned char ep_smem[];
+  __shared__ int stok[BM];
+  int s, j0, jn, l, r;
+  if (!pipe_prologue<BM, BN, WM * WN * 32>(p, ntb, stok, s, j0, jn, l, r)) return;
+  pipe_tiles<T, TI, BM, BN, RK, WM, WN, NS>(p, ep_smem, stok, s, j0, jn, l, r);
+}
+
+// Ranks 17-64 with the tiles chosen per block by its adapter's true rank (mixed-rank batches: the
+// host sees only max_rank). The prologue of the 64 x 64 kernel (groups of ntb 64-column tiles, ntb
+// even), then for rank <= 16 the rank-16 kernel's tiles (64 x 128, 2 stages, B staged 16 ranks wide:
+// the same columns as ntb / 2 tiles; an odd jn only at a slice's end, where the last tile is
+// clipped), else the 64 x 64 tiles with 3 stages. Shared memory: the larger of the two layouts.
+// Held to 72 registers, the 64 x 64 kernel's own count (ptxas: no spills; left to itself ptxas took
+// 78 and add_lora_linear's qkv rank-64 T=8192 ran 1.04-1.05x slower back to back, results/NOTES.md
+// v30), so that both keep 3 blocks per SM.
+using DualLo = PipeLayout<64, 128, 16, 2>;
+using DualHi = PipeLayout<64, 64, 64, 3>;
+constexpr unsigned kDualSmem = DualLo::total > DualHi::total ? DualLo::total : DualHi::total;
+template <class T, class TI>
+__global__ void __maxnreg__(72) expand_pipe_dual_kernel(Params p, int ntb) {
+  extern __shared__ __align__(128) unsigned char ep_smem[];
+  __shared__ int stok[64];
+  int s, j0, jn, l, r;
+  if (!pipe_prologue<64, 64, 256>(p, ntb, stok, s, j0, jn, l, r)) return;
+  if (r <= 16) pipe_tiles<T, TI, 64, 128, 16, 2, 4, 2>(p, ep_smem, stok, s, j0 / 2, (jn + 1) / 2, l, r);
+  else pipe_tiles<T, TI, 64, 64, 64, 4, 2, 3>(p, ep_smem, stok, s, j0, jn, l, r);
 }
 
 }  // namespace punica::kernels::expand_stream

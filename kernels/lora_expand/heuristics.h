@@ -32,6 +32,20 @@ constexpr int kStMinBlocks = 3;
 // fewer (T=2048 r=16: 2 tiles 0.43 vs 4 tiles 0.41).
 constexpr int kPipeTiles16 = 4;
 constexpr int kPipeTiles64 = 8;
+// Ranks 17-64 from kPipeDualMinTokens tokens (fp32 x): the dual kernel (expand_pipe_dual_kernel), the
+// 64 x 64 kernel's blocks but with the rank-16 kernel's 64 x 128 tiles wherever the block's adapter
+// has rank <= 16 (the host knows only max_rank). Measured on the H200 (bench A/B, exp/pipe64-tall
+// 266fc9b against main's rule in the same binary, results/NOTES.md v30, back to back / cold):
+// mixed ranks 8/16/64 at T=8192, expand one slice 51.1 -> 45.5 us (0.89 / 0.90), qkv 0.93 / 0.93,
+// add_lora_linear 0.93 / 0.93 and 0.98 / 0.98; the Llama-3-8B prefill layers (zipf, 25% without
+// adapter, 4096-16384 tokens) gate_up 0.92-0.94 (T=16384 495.7 -> 453.8 us), down 0.92-0.98, o
+// 0.95-1.01, qkv 0.97-1.02 (cold up to 1.05); uniform rank 64 0.94-1.02 (H=4096 one slice with 8 / 32
+// adapters 1.02 back to back, 1.01-1.02 cold; add_lora_linear qkv 1.01-1.02 back to back, 1.00 cold).
+// Below 4096 tokens not: at T=1024-2048 the mixed-rank cases ran up to 1.14x slower (not profiled;
+// the even tiles-per-block count changes the grid there, where it is below the cap of 8).
+constexpr int64_t kPipeDualMinTokens = 4096;
+inline bool pipe_dual(int64_t T) { return T >= kPipeDualMinTokens; }
+
 // Two or more slices at rank <= 16: at most 3 column tiles per block. Measured (results/NOTES.md v17
 // part 1, 2xH200 host, with the one-round tile lookup): the Llama-3-8B qkv tp2 layer's LoRA part
 // 52.2-52.4 -> 51.1-51.4 us, qkv tp1 72.5-72.9 -> 71.8-72.1, gate_up (2 slices) 214.1-214.3 ->

@@ -3,9 +3,10 @@
 // B row, a group of tokens shares each load; also add_lora_linear's split-K partials path).
 // Prefill (expand_stream.cuh): the pipelined kernel for max_rank <= 64 (64 tokens of one adapter x
 // several column tiles per block, the next tiles' y / B in flight while one is multiplied and
-// stored), the streaming kernel above rank 64, and the staged kernel below (128 x 128 tiles, y
-// staged through shared memory) for the layouts the other two exclude (rows or slice columns off
-// 16-byte alignment). fp32 weights always take the decode kernels.
+// stored; from 4096 tokens above rank 16 its dual form, tiles chosen per block by the true rank),
+// the streaming kernel above rank 64, and the staged kernel below (128 x 128 tiles, y staged through
+// shared memory) for the layouts the other two exclude (rows or slice columns off 16-byte
+// alignment). fp32 weights always take the decode kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
@@ -379,26 +380,26 @@ enum class ExpandLaunch { ordinary, after_shrink, standalone };
 // Pipelined kernel (max_rank <= RK): groups of ntb column tiles of one slice per block, ntb at most
 // max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block;
 // the tile count is H::pipe_token_tiles' estimate, one partial tile per adapter).
-template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
-void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
-                 int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary) {
-  using Lay = expand_stream::PipeLayout<BM, BN, RK, NS>;
-  auto* k = expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>;
-  static std::atomic<uint64_t> attr{0};
-  ensure_smem(k, Lay::total, attr);
-  static std::atomic<int> slots_cache[64];
+// The launch of a pipelined kernel k (BM-token tiles, groups of ntb BN-column tiles, NT threads,
+// smem bytes of dynamic shared memory); even: ntb rounded up to an even count (the dual kernel).
+template <int BM, int BN, int NT, class K>
+void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::atomic<int>* slots_cache,
+                      const ExpandParams& e, int max_ntb, bool even, cudaStream_t st, const int32_t* x_ids,
+                      int64_t x_vocab, ExpandLaunch how) {
+  ensure_smem(k, smem, attr);
   int dev = 0;
   PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
   int slots = slots_cache[dev & 63].load(std::memory_order_relaxed);
   if (slots <= 0) {
     int sms = 0, per_sm = 0;
     PUNICA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    PUNICA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, WM * WN * 32, Lay::total));
+    PUNICA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, NT, smem));
     slots = std::max(1, sms * per_sm);
     slots_cache[dev & 63].store(slots, std::memory_order_relaxed);
   }
   const int64_t items = column_tiles(e, BN) * H::pipe_token_tiles(e.T, e.E - 1, BM);
-  const int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
+  int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
+  if (even) ntb += ntb & 1;
   int64_t gx = 0;
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
   // ceil(T / BM) + L + 1 rows, not token_tile_bound (the shrink's grid): the tighter bound measured
@@ -410,8 +411,27 @@ void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int3
   sp.x_ids = x_ids;
   sp.x_vocab = x_vocab;
   sp.wait_first = how == ExpandLaunch::standalone ? 1 : 0;
-  launch_kernel(k, dim3(unsigned(gx), unsigned(gy)), dim3(WM * WN * 32), Lay::total, st, how != ExpandLaunch::ordinary,
-                sp, ntb);
+  launch_kernel(k, dim3(unsigned(gx), unsigned(gy)), dim3(NT), smem, st, how != ExpandLaunch::ordinary, sp, ntb);
+}
+
+template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
+void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
+                 int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary) {
+  static std::atomic<uint64_t> attr{0};
+  static std::atomic<int> slots_cache[64];
+  launch_pipe_grid<BM, BN, WM * WN * 32>(expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>,
+                                         expand_stream::PipeLayout<BM, BN, RK, NS>::total, attr, slots_cache, e,
+                                         max_ntb, false, st, x_ids, x_vocab, how);
+}
+
+// The dual kernel (expand_stream::expand_pipe_dual_kernel: each block's tiles chosen by its
+// adapter's true rank), 64-column tile groups as the 64 x 64 kernel's, an even count per block.
+template <class T, class TI>
+void launch_pipe_dual(const ExpandParams& e, int max_ntb, cudaStream_t st, ExpandLaunch how) {
+  static std::atomic<uint64_t> attr{0};
+  static std::atomic<int> slots_cache[64];
+  launch_pipe_grid<64, 64, 256>(expand_stream::expand_pipe_dual_kernel<T, TI>, expand_stream::kDualSmem, attr,
+                                slots_cache, e, max_ntb, true, st, nullptr, 0, how);
 }
 
 // Streaming kernel (any rank, rank chunks of BK): one BM x BN tile per block.
@@ -495,6 +515,9 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
       case K::mma_pipe:
         if (a.max_rank <= 16)
           return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
+        // From 4096 tokens (fp32 x): each block's tiles by its adapter's true rank (H::pipe_dual).
+        if constexpr (std::is_same_v<TI, float>)
+          if (H::pipe_dual(a.num_tokens)) return launch_pipe_dual<T, TI>(p, H::kPipeTiles64, st, how);
         return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, how);
       case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
       case K::mma_staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);

@@ -336,6 +336,23 @@ TEST(LoraExpand, LargePrefillThreeSlices) {
   run_case(d);
 }
 
+// From 4096 tokens above rank 16, the pipelined kernel's dual form (expand_heur::pipe_dual): the
+// blocks of adapters with rank <= 16 take 64 x 128 tiles over the 64 x 64 kernel's column groups,
+// the others 64 x 64 tiles. Mixed ranks 0-64 in one batch, NaN padding, tokens without adapter, a
+// slice of 15 64-column tiles (an odd count at its end: the last 128-column tile clipped) and one of
+// 72 columns, an offset and a row pad; bf16 and fp16, with and without add_inputs.
+TEST(LoraExpand, DualTilesMixedRanks) {
+  for (DType dt : {DType::bf16, DType::f16})
+    for (bool add : {true, false}) {
+      ExpandCase c{dt, DType::f32, 4099, {4096, 960, 72}, {64, 8, 16, 0, 40, 16, 1, 64, 12}, add, 8};
+      c.nan_pad = true;
+      c.ldy_pad = 16;
+      c.expect = detail::ExpandPrefillKernel::mma_pipe;
+      ASSERT_TRUE(expand_heur::pipe_dual(c.T)) << "the case does not reach the dual kernel";
+      run_case(c);
+    }
+}
+
 // ---- perf: cold (256 MiB memset before each launch) and back to back in a CUDA graph; the
 // prefill kernels on the layer and bench shapes. none_pct: share of tokens without adapter.
 void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct) {
