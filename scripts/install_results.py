@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Put a standing check's output under results/ (never editing a result file).
 
-    scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots] [--keep m|l]
+    scripts/install_results.py DIR [DIR...] [--results results] [--dry-run] [--no-plots] [--keep m|l|f]
 
 DIRs hold the tarballs of `scripts/standing_check.sh` (parts a and b): q.tgz, f.tgz, l.tgz, l8.tgz,
 m.tgz, all five required. With --layers they hold its part x instead (x70.tgz, x8.tgz: the layer
@@ -15,7 +15,9 @@ README's and NOTES' text is left to the author. Exit 2 on bad input, nothing mov
 --keep m installs without part b's microbench (m.tgz may be absent or failed): the microbench files
 in results/h200 stay, at the sha they name, and the README must say so. --keep l likewise keeps the
 2-GPU layer files (parts l and l8, results/h200x2/), e.g. for a check on a 1-GPU machine, where the
-tp 2 cases cannot run.
+tp 2 cases cannot run. --keep f keeps the full profile's files (the vLLM grid, bench_llama3_8b,
+bench_sparse_slots and their logs), e.g. after a call that had time for part q only
+(`standing_check.sh OUTDIR q`).
 """
 import argparse
 import functools
@@ -30,7 +32,7 @@ import tarfile
 import tempfile
 
 PARTS = ["q", "f", "l", "l8", "m"]
-KEEP = {"m": ["m"], "l": ["l", "l8"]}  # --keep NAME: the parts it leaves in place
+KEEP = {"m": ["m"], "l": ["l", "l8"], "f": ["f"]}  # --keep NAME: the parts it leaves in place
 
 # The layer files of one machine's `device_check.sh layers` calls (70B filter in part p70, 8B
 # filter in part p8, whose layers_ci JSON is the one kept) -> results/h200x<n>/. Parts l / l8 of
@@ -154,7 +156,8 @@ def main():
     ap.add_argument("--keep", action="append", default=[], choices=sorted(KEEP),
                     help="leave these parts' files in results/ as they are (m: the microbench, e.g. after its step "
                          "ran past its cap; l: the 2-GPU layer files of parts l and l8, e.g. after a check on one "
-                         "GPU); their tarballs are then neither needed nor read")
+                         "GPU; f: the full profile's files, the vLLM grid, bench_llama3_8b, bench_sparse_slots and their "
+                         "logs, e.g. after part q alone); their tarballs are then neither needed nor read")
     a = ap.parse_args()
     if a.layers and a.keep:
         die("--keep applies to parts a / b, not to --layers")
@@ -195,19 +198,21 @@ def main():
             places = [pl for pl in PLACES if pl[0] in parts]
             kept = {dst for p, _, dst in PLACES if p in keep}
             companion = {k: v for k, v in COMPANION.items() if k not in kept}
-            grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
-            if not os.path.isfile(grid_tgz):
-                die(f"{tarballs['f']}: no check_vllm_grid.tgz")
-            gdir = os.path.join(tmp, "grid")
-            os.makedirs(gdir)
-            with tarfile.open(grid_tgz) as tf:
-                for m in tf.getmembers():
-                    if not (m.isfile() and m.name.endswith(".json") and "/" not in m.name):
-                        die(f"{grid_tgz}: unexpected member {m.name}")
-                tf.extractall(gdir)
-            grid = sorted(os.listdir(gdir))
-            if not grid:
-                die(f"{grid_tgz}: no shard JSON")
+            grid, gdir = [], None
+            if "f" not in keep:  # the vLLM grid comes with part f (--keep f: it stays)
+                grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
+                if not os.path.isfile(grid_tgz):
+                    die(f"{tarballs['f']}: no check_vllm_grid.tgz")
+                gdir = os.path.join(tmp, "grid")
+                os.makedirs(gdir)
+                with tarfile.open(grid_tgz) as tf:
+                    for m in tf.getmembers():
+                        if not (m.isfile() and m.name.endswith(".json") and "/" not in m.name):
+                            die(f"{grid_tgz}: unexpected member {m.name}")
+                    tf.extractall(gdir)
+                grid = sorted(os.listdir(gdir))
+                if not grid:
+                    die(f"{grid_tgz}: no shard JSON")
 
         # every new result: one sha, clean
         new = []
@@ -231,7 +236,8 @@ def main():
         # where each current file goes: history/<its sha, or its companion's>/
         current = [dst for _, _, dst in places if os.path.exists(os.path.join(res, dst))]
         if not a.layers:
-            current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID))) if os.path.isdir(os.path.join(res, GRID)) else []
+            if "f" not in keep:
+                current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID))) if os.path.isdir(os.path.join(res, GRID)) else []
             current += ["h200/plots"] if os.path.isdir(os.path.join(res, "h200/plots")) else []
         moves = []
         for rel in current:

@@ -191,6 +191,35 @@ def check_keep_layers(t):
     check(os.path.isfile(p) and new in open(p).read(), "--keep l: the microbench must be the new one")
 
 
+def check_keep_full(t):
+    """--keep f (part q alone, standing_check.sh OUTDIR q): the full profile's files, the vLLM grid
+    among them, stay at their sha and nothing of theirs goes to history; part q's files install.
+    Without --keep the missing part is refused."""
+    old, new = "a1a1a1a1a1a1", "b2b2b2b2b2b2"
+    res = os.path.join(t, "results_keep_f")
+    make_results(res, old)
+    d = os.path.join(t, "keep_f")
+    make_parts(d, new, skip=("f", "l", "l8", "m"))  # what part q leaves on one GPU
+    before = tree_digest(res)
+    for keeps, missing in [([], "f.tgz"), (["l", "m"], "f.tgz"), (["f"], "l.tgz")]:
+        r = run([d, "--results", res, "--no-plots"] + [x for k in keeps for x in ("--keep", k)])
+        check(r.returncode == 2 and missing in r.stderr, f"--keep {keeps}: refusal naming {missing} expected ({r.stderr.strip()})")
+        check(tree_digest(res) == before, f"--keep {keeps}: results/ changed")
+    r = run([d, "--results", res, "--no-plots", "--keep", "f", "--keep", "l", "--keep", "m"])
+    check(r.returncode == 0, f"--keep f --keep l --keep m: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
+    for rel in ["h200/bench_llama3_8b.json", "h200/check_vllm_grid/check_vllm_grid_0.json"]:
+        p = os.path.join(res, rel)
+        check(os.path.isfile(p) and old in open(p).read(), f"--keep f: {rel} must stay at its old sha")
+    check(open(os.path.join(res, "h200/device_check_full_logs.tgz"), "rb").read() == b"f", "--keep f: the full logs must stay")
+    check(not os.path.exists(os.path.join(res, "history", old, "bench_llama3_8b.json.gz")),
+          "--keep f: the kept Llama file must not go to history")
+    check(not os.path.exists(os.path.join(res, "history", old, "check_vllm_grid")), "--keep f: no grid shard may go to history")
+    for rel in ["h200/bench_lora_ops.json", "h200/check_smoke.json"]:
+        p = os.path.join(res, rel)
+        check(os.path.isfile(p) and new in open(p).read(), f"--keep f: {rel} must be the new one")
+    check(os.path.isfile(os.path.join(res, "history", old, "check_smoke.json.gz")), "--keep f: the old smoke file to history")
+
+
 def make_results(r, sha):
     """A results/ tree at `sha`, as install_results.py leaves one."""
     files = {
@@ -302,6 +331,7 @@ def main():
 
         check_keep_micro(t)
         check_keep_layers(t)
+        check_keep_full(t)
         check_layers_mode(t, res)
 
     return finish("install_results_test")

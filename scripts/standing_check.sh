@@ -16,6 +16,9 @@
 #                                        v29 doubled that step (324 cases, 65 s): part a 436 s and
 #                                        the microbench 79 s, so part s ~530 s of the 600); install with
 #                                        install_results.py --keep l (the 2-GPU layer files stay)
+#   scripts/standing_check.sh OUTDIR q   part a's quick + bench alone (q.tgz, ~190 s), for a call with
+#                                        too little device time left for part a; install with
+#                                        install_results.py --keep f (plus --keep m / l as for s)
 #   scripts/standing_check.sh OUTDIR x   on a 4- or 8-GPU machine (issue 5): the layer scenarios under
 #                                        mpirun -np <GPUs>, tp 1 to <GPUs>, with the 70B filter
 #                                        (x70.tgz) and the 8B filter (x8.tgz; its layers_ci JSON is
@@ -25,8 +28,8 @@
 # Back here, scripts/install_results.py DIR [DIR...] checks them and puts them under results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: standing_check.sh OUTDIR a|b|s|x|x70|x8}
-PART=${2:?usage: standing_check.sh OUTDIR a|b|s|x|x70|x8}
+OUT=${1:?usage: standing_check.sh OUTDIR a|b|s|q|x|x70|x8}
+PART=${2:?usage: standing_check.sh OUTDIR a|b|s|q|x|x70|x8}
 mkdir -p "$OUT" || exit 2
 export NCCL_NVLS_ENABLE=0
 t0=$(date +%s)
@@ -50,6 +53,7 @@ case "$PART" in
   b) one l 190 LAYERS_FILTER='model=llama-3-70b' layers
      one l8 190 LAYERS_FILTER='model=llama-3-8b' layers
      one m 220 micro ;;
+  q) one q 170 quick bench ;;
   s) one q 170 quick bench
      one f 150 full
      one m 220 micro ;;
@@ -57,6 +61,6 @@ case "$PART" in
   x|x70|x8)
      [ "$PART" != x8 ] && one x70 280 LAYERS_FILTER='model=llama-3-70b' layers
      [ "$PART" != x70 ] && one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
-  *) echo "standing_check.sh: part '$PART' is not a, b, s, x, x70 or x8" >&2; exit 2 ;;
+  *) echo "standing_check.sh: part '$PART' is not a, b, s, q, x, x70 or x8" >&2; exit 2 ;;
 esac
 exit $status
