@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_pipe_kernel(Params 
 // the same columns as ntb / 2 tiles; an odd jn only at a slice's end, where the last tile is
 // clipped), else the 64 x 64 tiles with 3 stages. Shared memory: the larger of the two layouts.
 // Held to 72 registers, the 64 x 64 kernel's own count (ptxas: no spills; left to itself ptxas took
-// 78 and add_lora_linear's qkv rank-64 T=8192 ran 1.04-1.05x slower back to back, results/NOTES.md
+// 78 and add_lora_linear's qkv rank-64 T=8192 ran 1.02-1.05x slower back to back, results/NOTES.md
 // v30), so that both keep 3 blocks per SM.
 using DualLo = PipeLayout<64, 128, 16, 2>;
 using DualHi = PipeLayout<64, 64, 64, 3>;
