@@ -193,15 +193,7 @@ TEST(AddLoraLinear, FewTokensPerAdapter) {
 // num_active_loras: one or two adapters in 32 slots, the hint exact (the paths the automatic rule
 // takes with the hint), NaN padding, 1 and 3 unequal slices.
 TEST(AddLoraLinear, ActiveLorasHint) {
-  testutil::for_each_sparse_hint_case([](int T, const std::vector<int64_t>& widths, const std::vector<int>& ranks, int hint) {
-    LinearCase c;
-    c.T = T;
-    c.widths = widths;
-    c.ranks = ranks;
-    c.nan_pad = true;
-    c.hint = hint;
-    run_case(c);
-  });
+  testutil::run_sparse_hint_cases<LinearCase>([](const LinearCase& c) { run_case(c); });
 }
 // Every path at every batch size it serves (decode and partials up to 128 tokens, tiles at any
 // T): mixed ranks with NaN padding, 3 unequal slices, add_inputs off, fp16.

@@ -202,15 +202,7 @@ TEST(LoraExpand, DecodeWideBlocks) {
 // num_active_loras: one or two adapters in 32 slots, the hint exact (choices and grids plan for
 // them): every automatic kernel the batch sizes reach, NaN padding, 1 and 3 unequal slices.
 TEST(LoraExpand, ActiveLorasHint) {
-  testutil::for_each_sparse_hint_case([](int T, const std::vector<int64_t>& widths, const std::vector<int>& ranks, int hint) {
-    ExpandCase c;
-    c.T = T;
-    c.widths = widths;
-    c.ranks = ranks;
-    c.nan_pad = true;
-    c.hint = hint;
-    run_case(c);
-  });
+  testutil::run_sparse_hint_cases<ExpandCase>([](const ExpandCase& c) { run_case(c); });
 }
 TEST(LoraExpand, AllTokensNone) {
   ExpandCase c{DType::bf16, DType::f32, 7, {1024}, {16, 8}, false, 0};

@@ -127,6 +127,20 @@ void for_each_sparse_hint_case(F&& f) {
         f(T, S == 1 ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 1024, 1024}, sparse_ranks(one),
           one ? 1 : 2);
 }
+// The same grid for a test whose case struct has the fields T, widths, ranks, nan_pad and hint
+// (ExpandCase, LinearCase): each case with NaN padding, through run.
+template <class Case, class Run>
+void run_sparse_hint_cases(Run&& run) {
+  for_each_sparse_hint_case([&](int T, const std::vector<int64_t>& widths, const std::vector<int>& ranks, int hint) {
+    Case c;
+    c.T = T;
+    c.widths = widths;
+    c.ranks = ranks;
+    c.nan_pad = true;
+    c.hint = hint;
+    run(c);
+  });
+}
 
 // Device copy with guard regions before and after (kGuard elements each, a canary pattern).
 constexpr std::size_t kGuard = 64;
