@@ -199,7 +199,8 @@ def main():
             kept = {dst for p, _, dst in PLACES if p in keep}
             companion = {k: v for k, v in COMPANION.items() if k not in kept}
             grid, gdir = [], None
-            if "f" not in keep:  # the vLLM grid comes with part f (--keep f: it stays)
+            new_grid = "f" not in keep  # the vLLM grid comes with part f (--keep f: it stays)
+            if new_grid:
                 grid_tgz = os.path.join(tmp, "f", "check_vllm_grid.tgz")
                 if not os.path.isfile(grid_tgz):
                     die(f"{tarballs['f']}: no check_vllm_grid.tgz")
@@ -236,8 +237,8 @@ def main():
         # where each current file goes: history/<its sha, or its companion's>/
         current = [dst for _, _, dst in places if os.path.exists(os.path.join(res, dst))]
         if not a.layers:
-            if "f" not in keep:
-                current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID))) if os.path.isdir(os.path.join(res, GRID)) else []
+            if new_grid and os.path.isdir(os.path.join(res, GRID)):
+                current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID)))
             current += ["h200/plots"] if os.path.isdir(os.path.join(res, "h200/plots")) else []
         moves = []
         for rel in current:

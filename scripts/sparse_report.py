@@ -35,6 +35,13 @@ def times(c):
     return t["batch_time_us"], t["time_us"]["median"]
 
 
+def shape_key(c, loras):
+    """A case's op, shape, tokens and ranks with `loras` adapter slots: a hinted case's key with its
+    num_adapters matches the bench's case with that max_loras."""
+    q = c["params"]
+    return (c["op"], q["hidden"], tuple(q["slices"]), q["num_tokens"], tuple(q["ranks"]), loras)
+
+
 def plain_id(case_id):
     first, rest = case_id.split("/", 1)
     return first[: -len("_hinted")] + "/" + rest.replace("/active_loras_hint=1", "")
@@ -79,20 +86,15 @@ def main(argv):
         print(f"   {r[2]:.3f} (cold {r[3]:.3f}) {r[5]:9.2f} -> {r[6]:9.2f} us  {r[4]}")
     if len(argv) == 3:
         bench = load(argv[2])
-        index = {}
-        for c in bench:
-            q = c["params"]
-            index[(c["op"], q["hidden"], tuple(q["slices"]), q["num_tokens"], tuple(q["ranks"]), q["max_loras"])] = c
+        index = {shape_key(c, c["params"]["max_loras"]): c for c in bench}
         twins = []
         for h in hinted:
-            q = h["params"]
-            d = index.get((h["op"], q["hidden"], tuple(q["slices"]), q["num_tokens"], tuple(q["ranks"]),
-                           q["num_adapters"]))
+            d = index.get(shape_key(h, h["params"]["num_adapters"]))
             if d is None:
                 continue
             hb, hc = times(h)
             db, dc = times(d)
-            twins.append((h["op"], q["num_tokens"], hb / db, hc / dc, h["id"], db, hb))
+            twins.append((h["op"], h["params"]["num_tokens"], hb / db, hc / dc, h["id"], db, hb))
         if twins:
             summary(twins, f"hinted / the bench's full batch of the same adapters ({len(twins)} pairs)")
         else:

@@ -41,8 +41,8 @@ constexpr int kPipeTiles64 = 8;
 // adapter, 4096-16384 tokens) gate_up 0.92-0.94 (T=16384 495.7 -> 453.8 us), down 0.92-0.98, o
 // 0.95-1.01, qkv 0.97-1.02 (cold up to 1.05); uniform rank 64 0.94-1.02 (H=4096 one slice with 8 / 32
 // adapters 1.02 back to back, 1.01-1.02 cold; add_lora_linear qkv 1.01-1.02 back to back, 1.00 cold).
-// Below 4096 tokens not: at T=1024-2048 the mixed-rank cases ran up to 1.14x slower (not profiled;
-// the even tiles-per-block count changes the grid there, where it is below the cap of 8).
+// Below 4096 tokens not: at T=1024-2048 up to 1.14x slower; not the even tile count but a partial
+// 2nd wave landing unevenly (H=8192) and, mixed ranks back to back, PDL (NOTES v31 parts 1 and 3).
 constexpr int64_t kPipeDualMinTokens = 4096;
 inline bool pipe_dual(int64_t T) { return T >= kPipeDualMinTokens; }
 
