@@ -502,6 +502,36 @@ TEST(ExpandHeuristics, PipeTokenTiles) {
 
 // The launch grids' token-tile bound (token_tile_bound): never below the tiles find_tile returns for
 // any split of T tokens over the entries, and tight for one entry.
+// The pipelined expand's tiles per block: the wave fit up to the cap, and for the 64 x 64 kernel
+// (one_wave_max 16) longer blocks only where every working block then fits into one wave. 396
+// slots = 132 SMs x 3 blocks.
+TEST(ExpandHeuristics, PipeNtbOneWave) {
+  using expand_heur::pipe_ntb;
+  using expand_heur::pipe_token_tiles;
+  const int64_t h8192[] = {128}, h4096[] = {64}, qkv[] = {64, 16, 16}, gate_up[] = {224, 224};
+  // H=8192, T=2048, one adapter: 4096 tiles want 11 per block; 11 gives 12 x 32 = 384 <= 396 blocks.
+  EXPECT_EQ(pipe_ntb(h8192, 1, pipe_token_tiles(2048, 1, 64), 396, 8, 16), 11);
+  EXPECT_EQ(pipe_ntb(h8192, 1, pipe_token_tiles(2048, 1, 64), 396, 8, 0), 8);  // off: the cap
+  // 32 adapters: 32 token tiles again (64 tokens each), the same 11
+  EXPECT_EQ(pipe_ntb(h8192, 1, pipe_token_tiles(2048, 32, 64), 396, 8, 16), 11);
+  // H=4096, T=2048: 6 per block already fit one wave; the rule does not lengthen them.
+  EXPECT_EQ(pipe_ntb(h4096, 1, pipe_token_tiles(2048, 1, 64), 396, 8, 16), 6);
+  // qkv T=2048: 96 x 32 tiles want 8, within the cap
+  EXPECT_EQ(pipe_ntb(qkv, 3, pipe_token_tiles(2048, 8, 64), 396, 8, 16), 8);
+  // Llama-3-8B gate_up, 4 x 256 tokens, 8 adapters: even 16 per block leaves 28 x 16 = 448 > 396
+  // blocks (the case a cap of 16 slowed down, 1.087): keep 8.
+  EXPECT_EQ(pipe_ntb(gate_up, 2, pipe_token_tiles(1024, 8, 64), 396, 8, 16), 8);
+  // T=8192 one slice H=4096: 64 x 128 tiles want 21, no count up to 16 fits one wave: the cap.
+  EXPECT_EQ(pipe_ntb(h4096, 1, pipe_token_tiles(8192, 1, 64), 396, 8, 16), 8);
+  // per-slice rounding counts: 3 slices of 9 tiles, 40 token tiles, 80 slots: want 14 > 8;
+  // 9 per block gives 3 x 40 = 120 > 80 blocks, never one wave up to 16: the cap.
+  const int64_t nine[] = {9, 9, 9};
+  EXPECT_EQ(pipe_ntb(nine, 3, 40, 80, 8, 16), 8);
+  // small batches: one tile per block, never 0
+  EXPECT_EQ(pipe_ntb(h4096, 1, 1, 396, 8, 16), 1);
+  EXPECT_EQ(pipe_ntb(h4096, 1, 0, 396, 8, 16), 1);
+}
+
 TEST(TileBound, CoversEverySplitAndIsTight) {
   EXPECT_EQ(token_tile_bound(256, 1, 64), 4);    // one adapter: exactly ceil(T / 64) (was 6)
   EXPECT_EQ(token_tile_bound(256, 2, 64), 5);    // one adapter and the -1 entry (the shrink's grid)

@@ -46,6 +46,39 @@ constexpr int kPipeTiles64 = 8;
 constexpr int64_t kPipeDualMinTokens = 4096;
 inline bool pipe_dual(int64_t T) { return T >= kPipeDualMinTokens; }
 
+// The 64 x 64 kernel without the dual form (ranks 17-64 below kPipeDualMinTokens, or a 16-bit x):
+// where the wave fit asks for more than kPipeTiles64 tiles per block, up to kPipeTiles64OneWave
+// tiles if that puts every working block into one wave; otherwise the cap. The cap of 8 left H=8192
+// rank 64 at T=2048 in 1.37 waves, whose partial second wave lands unevenly on the SMs (ncu per
+// launch: busiest SM 1.05-1.18x the average); a cap of 16 everywhere cost the Llama-3-8B mixed-rank
+// layers up to 1.12 where it lengthened blocks without reaching one wave or in the dual kernel
+// (results/NOTES.md v31 part 3), so this rule takes the longer blocks only where they make one wave,
+// and not in the dual kernel. Measured on the H200 (bench A/B against 5a9c24f, 3 interleaved rounds,
+// results/NOTES.md v32 part 1, back to back / cold): H=8192 rank 64 T=2048 expand with 1 / 8 / 32
+// adapters 30.86 -> 26.98 us (0.87 / 0.89), 0.84 / 0.85, 0.81 / 0.90; add_lora_linear 0.91-0.94;
+// the other 34 T=2048 bench cases 0.995-1.006 (cold 0.99-1.02); the 16 Llama-3-8B prefill layers
+// 0.997-1.004 (cold 0.98-1.01, one round).
+constexpr int kPipeTiles64OneWave = 16;
+// Column tiles per block for the pipelined kernels: the smallest count that fits the batch's tiles
+// into one wave of `slots` resident blocks, at most max_ntb; above that, up to one_wave_max (0: off)
+// where every working block then fits into one wave. col_tiles: each slice's column tiles;
+// token_tiles: the working token tiles (pipe_token_tiles).
+inline int pipe_ntb(const int64_t* col_tiles, int num_slices, int64_t token_tiles, int64_t slots, int max_ntb,
+                    int one_wave_max) {
+  int64_t ct = 0;
+  for (int s = 0; s < num_slices; ++s) ct += col_tiles[s];
+  slots = std::max<int64_t>(1, slots);
+  const int64_t want = (ct * token_tiles + slots - 1) / slots;
+  if (want > max_ntb && one_wave_max > max_ntb) {
+    for (int m = max_ntb + 1; m <= one_wave_max; ++m) {
+      int64_t blocks = 0;
+      for (int s = 0; s < num_slices; ++s) blocks += (col_tiles[s] + m - 1) / m;
+      if (blocks * token_tiles <= slots) return m;
+    }
+  }
+  return int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, want)));
+}
+
 // Two or more slices at rank <= 16: at most 3 column tiles per block. Measured (results/NOTES.md v17
 // part 1, 2xH200 host, with the one-round tile lookup): the Llama-3-8B qkv tp2 layer's LoRA part
 // 52.2-52.4 -> 51.1-51.4 us, qkv tp1 72.5-72.9 -> 71.8-72.1, gate_up (2 slices) 214.1-214.3 ->

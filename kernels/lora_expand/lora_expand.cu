@@ -381,11 +381,12 @@ enum class ExpandLaunch { ordinary, after_shrink, standalone };
 // max_ntb and no more than one wave of resident blocks needs (small batches get one tile per block;
 // the tile count is H::pipe_token_tiles' estimate, one partial tile per adapter).
 // The launch of a pipelined kernel k (BM-token tiles, groups of ntb BN-column tiles, NT threads,
-// smem bytes of dynamic shared memory); even: ntb rounded up to an even count (the dual kernel).
+// smem bytes of dynamic shared memory); even: ntb rounded up to an even count (the dual kernel);
+// one_wave_max: H::pipe_ntb's longer blocks where they make one wave (0: off).
 template <int BM, int BN, int NT, class K>
 void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::atomic<int>* slots_cache,
                       const ExpandParams& e, int max_ntb, bool even, cudaStream_t st, const int32_t* x_ids,
-                      int64_t x_vocab, ExpandLaunch how) {
+                      int64_t x_vocab, ExpandLaunch how, int one_wave_max = 0) {
   ensure_smem(k, smem, attr);
   int dev = 0;
   PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
@@ -397,8 +398,9 @@ void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::ato
     slots = std::max(1, sms * per_sm);
     slots_cache[dev & 63].store(slots, std::memory_order_relaxed);
   }
-  const int64_t items = column_tiles(e, BN) * H::pipe_token_tiles(e.T, e.E - 1, BM);
-  int ntb = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, (items + slots - 1) / slots)));
+  int64_t ct[kMaxSlices];
+  for (int s = 0; s < e.S; ++s) ct[s] = (e.n[s] + BN - 1) / BN;
+  int ntb = H::pipe_ntb(ct, e.S, H::pipe_token_tiles(e.T, e.E - 1, BM), slots, max_ntb, one_wave_max);
   if (even) ntb += ntb & 1;
   int64_t gx = 0;
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
@@ -416,12 +418,12 @@ void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::ato
 
 template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
 void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
-                 int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary) {
+                 int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary, int one_wave_max = 0) {
   static std::atomic<uint64_t> attr{0};
   static std::atomic<int> slots_cache[64];
   launch_pipe_grid<BM, BN, WM * WN * 32>(expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>,
                                          expand_stream::PipeLayout<BM, BN, RK, NS>::total, attr, slots_cache, e,
-                                         max_ntb, false, st, x_ids, x_vocab, how);
+                                         max_ntb, false, st, x_ids, x_vocab, how, one_wave_max);
 }
 
 // The dual kernel (expand_stream::expand_pipe_dual_kernel: each block's tiles chosen by its
@@ -518,7 +520,8 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
         // From 4096 tokens (fp32 x): each block's tiles by its adapter's true rank (H::pipe_dual).
         if constexpr (std::is_same_v<TI, float>)
           if (H::pipe_dual(a.num_tokens)) return launch_pipe_dual<T, TI>(p, H::kPipeTiles64, st, how);
-        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, how);
+        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, how,
+                                                          H::kPipeTiles64OneWave);
       case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
       case K::mma_staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
       case K::automatic: break;

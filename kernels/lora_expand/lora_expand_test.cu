@@ -345,6 +345,26 @@ TEST(LoraExpand, DualTilesMixedRanks) {
     }
 }
 
+// The 64 x 64 pipelined kernel with more than kPipeTiles64 column tiles per block where they make
+// one wave (expand_heur::pipe_ntb's one_wave_max): 129 column tiles (the last 8 columns wide) of one
+// slice, 2047 tokens over 4 slots of ranks 64 / 40 / none / 64. On 396 slots (132 SMs x 3) the wave
+// fit wants 11 tiles per block, so the groups are 11 x 11 + 8.
+TEST(LoraExpand, OneWaveTiles) {
+  const int64_t ct[] = {(8200 + 63) / 64};
+  ASSERT_GT(expand_heur::pipe_ntb(ct, 1, expand_heur::pipe_token_tiles(2047, 4, 64), 396, expand_heur::kPipeTiles64,
+                                  expand_heur::kPipeTiles64OneWave),
+            expand_heur::kPipeTiles64)
+      << "the case does not reach the longer blocks";
+  for (DType dt : {DType::bf16, DType::f16})
+    for (bool add : {true, false}) {
+      ExpandCase c{dt, DType::f32, 2047, {8200}, {64, 40, 0, 64}, add, 0};
+      c.nan_pad = true;
+      c.expect = detail::ExpandPrefillKernel::mma_pipe;
+      ASSERT_FALSE(expand_heur::pipe_dual(c.T)) << "the case must run the plain 64 x 64 kernel";
+      run_case(c);
+    }
+}
+
 // ---- perf: cold (256 MiB memset before each launch) and back to back in a CUDA graph; the
 // prefill kernels on the layer and bench shapes. none_pct: share of tokens without adapter.
 void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct) {
