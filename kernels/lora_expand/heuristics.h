@@ -197,16 +197,17 @@ constexpr int64_t kPipe16FewMaxTokensPerLora = 16;
 inline bool pipe16_few(int64_t T, int64_t max_loras) {
   return max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
 }
-// The rank <= 16 kernel with 16-row token tiles (pipe16_few: several adapters of at most 16 tokens
-// each; small_bm's 16 rows are taken for grids of few blocks, which do not spill) where the wave fit's count spills past one wave only through each slice's rounding: up to
-// kPipeTiles16 tiles per block (pipe_ntb's round_spill) if that makes one wave. The qkv shape at
-// T=256 with 32 adapters of rank 16 (32 token tiles, column tiles 32 / 8 / 8) took 3 tiles per
-// block, 17 x 32 = 544 blocks on 528 slots; 4 tiles give 12 x 32 = 384. Measured on the H200 (bench
-// A/Bs, 2 interleaved rounds each, results/NOTES.md v32 parts 3-4, back to back / cold): that expand
-// 8.47 -> 7.14 us (0.84 / 0.90-0.92), at T=64 7.92 -> 6.76 (0.85 / 0.87), their add_lora_linear
-// 0.93-0.95 / 0.95; the other 76 T=64 / 256 bench cases 0.98-1.01. The same
-// rounding rule for the 64-row tiles (qkv r=16 at T=2048: 544 -> 384 blocks) measured 1.02-1.03
-// slower back to back (cold 0.93-0.99), and inside add_lora_linear 1.00: not taken there.
+// The rank <= 16 kernel with 16-row token tiles (pipe16_few's several adapters of at most 16 tokens
+// each, or small_bm's 16 rows; the rule is the same for both) where the wave fit's count spills past
+// one wave only through each slice's rounding: up to kPipeTiles16 tiles per block (pipe_ntb's
+// round_spill) if that makes one wave. The qkv shape at T=256 with 32 adapters of rank 16 (32 token
+// tiles, column tiles 32 / 8 / 8) took 3 tiles per block, 17 x 32 = 544 blocks on 528 slots; 4 tiles
+// give 12 x 32 = 384. Measured on the H200 (bench A/Bs, 2 interleaved rounds each, results/NOTES.md
+// v32 parts 3-4, back to back / cold): that expand 8.47 -> 7.14 us (0.84 / 0.90-0.92), at T=64 7.92 ->
+// 6.76 (0.85 / 0.87), their add_lora_linear 0.93-0.95 / 0.95; the other 76 T=64 / 256 bench cases
+// 0.98-1.01. The same rounding rule for the 64-row tiles (qkv r=16 at T=2048: 544 -> 384 blocks)
+// measured 1.02-1.03 slower back to back (cold 0.93-0.99), and inside add_lora_linear 1.00: not taken
+// there.
 constexpr int kPipe16FewOneWave = kPipeTiles16;
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with
