@@ -3,8 +3,11 @@
 
     scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--cases REGEX] [--json FILE]
 
+    scripts/ab_compare.py --pair OLD NEW [--top N] [--cases REGEX] [--json FILE]
+
 DIR is the folder that holds the result files `<variant>_<round>.json` (ab_bench_device.sh's
-`bench_ab/`), or its parent. Per case and variant it takes the median over the rounds of the cold
+`bench_ab/`), or its parent. --pair compares two single result files instead (one round each; `.json`
+or the gzipped `.json.gz` of results/history), e.g. an installed file against the one it replaced. Per case and variant it takes the median over the rounds of the cold
 time (`timing.time_us.median`) and of the back-to-back time (`timing.batch_time_us`), then prints
 for each NEW against BASE: the ratio NEW / BASE per (op, tokens) group (median, min, max; back to back
 and cold), and the N cases with the lowest and the highest back-to-back ratio. --cases REGEX also
@@ -15,6 +18,7 @@ a punica-bench result); 3 when a case did not pass its correctness check in some
 variant (the times of a failing variant are not a comparison), or a variant lacks cases that BASE has.
 """
 import argparse
+import gzip
 import json
 import os
 import re
@@ -42,13 +46,20 @@ def load_variant(d, name):
     files = sorted(os.path.join(d, f) for f in os.listdir(d) if pat.fullmatch(f))
     if not files:
         fail(f"{d}: no result files {name}_<round>.json for variant '{name}'")
+    return load_files(files), len(files)
+
+
+def load_files(files):
+    """The cases of result files taken as rounds of one variant (see load_variant)."""
     cases = {}
     for f in files:
+        if not os.path.isfile(f):
+            fail(f"{f}: no such file")
         try:
-            with open(f) as fh:
+            with (gzip.open(f, "rt") if f.endswith(".gz") else open(f)) as fh:
                 doc = json.load(fh)
             items = doc["cases"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
             fail(f"{f}: not a punica-bench result file ({e.__class__.__name__}: expected a JSON object with 'cases')")
         for c in items:
             try:
@@ -67,7 +78,7 @@ def load_variant(d, name):
             b2b = t.get("batch_time_us")
             if isinstance(b2b, (int, float)) and b2b > 0:
                 e["b2b"].append(float(b2b))
-    return cases, len(files)
+    return cases
 
 
 def med(xs):
@@ -107,9 +118,11 @@ def span(xs):
 
 def main():
     ap = argparse.ArgumentParser(description="Compare the variants of a bench A/B round by round.")
-    ap.add_argument("dir", help="folder with <variant>_<round>.json (or its parent holding bench_ab/)")
-    ap.add_argument("base", help="the variant the others are compared with")
-    ap.add_argument("new", nargs="+", help="variants compared with BASE")
+    ap.add_argument("dir", nargs="?", help="folder with <variant>_<round>.json (or its parent holding bench_ab/)")
+    ap.add_argument("base", nargs="?", help="the variant the others are compared with")
+    ap.add_argument("new", nargs="*", help="variants compared with BASE")
+    ap.add_argument("--pair", nargs=2, metavar=("OLD", "NEW"),
+                    help="compare two result files (.json or .json.gz) instead of a folder's variants")
     ap.add_argument("--top", type=int, default=8, help="cases listed at each end (default 8)")
     ap.add_argument("--cases", metavar="REGEX", help="also list every case whose id matches (re.search)")
     ap.add_argument("--json", help="also write the per-case ratios to this file (atomically)")
@@ -120,12 +133,21 @@ def main():
         sel = re.compile(a.cases) if a.cases is not None else None
     except re.error as e:
         fail(f"--cases: not a regular expression ({e})")
-    d = result_dir(a.dir)
-    base, base_rounds = load_variant(d, a.base)
+    if a.pair:
+        if a.dir is not None:
+            fail("--pair OLD NEW takes no DIR / BASE / NEW arguments")
+        d, a.base, a.new = None, "old", ["new"]
+        base, base_rounds = load_files([a.pair[0]]), 1
+        print(f"old: {a.pair[0]}\nnew: {a.pair[1]}")
+    else:
+        if a.dir is None or a.base is None or not a.new:
+            fail("give DIR BASE NEW [NEW...], or --pair OLD NEW")
+        d = result_dir(a.dir)
+        base, base_rounds = load_variant(d, a.base)
     status = 0
-    out = {"dir": d, "base": a.base, "variants": {}}
+    out = {"dir": d, "base": a.base, "variants": {}} if not a.pair else {"pair": a.pair, "base": "old", "variants": {}}
     for name in a.new:
-        new, rounds = load_variant(d, name)
+        new, rounds = (load_files([a.pair[1]]), 1) if a.pair else load_variant(d, name)
         rows = compare(base, new)
         missing = len(base) - len(rows)
         print(f"== {name} against {a.base} ({rounds} / {base_rounds} rounds, {len(rows)} cases; ratio {name} / {a.base})")

@@ -81,4 +81,27 @@ with tempfile.TemporaryDirectory() as root:
     rc, out = run(d, "main", "new")
     check(rc == 0 and "2 / 3 rounds" in out, f"only <name>_<digits>.json files are rounds (got {rc}): {out}")
 
+    # --pair: two single files, the old one gzipped as results/history keeps it
+    import gzip
+    with gzip.open(os.path.join(root, "old.json.gz"), "wt") as f:
+        json.dump({"cases": [case(x, "lora_expand", 64, 10, 4), case(y, "lora_shrink", 256, 20, 8)]}, f)
+    rc, out = run("--pair", os.path.join(root, "old.json.gz"), os.path.join(d, "new_1.json"), "--json",
+                  os.path.join(root, "pair.json"))
+    check(rc == 0 and "1 / 1 rounds, 2 cases" in out, f"--pair: clean comparison exits 0 (got {rc}): {out}")
+    check("0.500 (cold 0.800)" in out and "1.250 (cold 1.250)" in out, "--pair: x and y ratios: " + out)
+    with open(os.path.join(root, "pair.json")) as f:
+        j = json.load(f)
+    check(abs(j["variants"]["new"]["cases"][0]["b2b_ratio"] - 0.5) < 1e-9 or
+          abs(j["variants"]["new"]["cases"][1]["b2b_ratio"] - 0.5) < 1e-9, "--pair: JSON ratios")
+    rc, out = run("--pair", os.path.join(d, "bad_1.json"), os.path.join(d, "new_1.json"))
+    check(rc == 3 and "FAILED in 1 round(s) of old" in out, f"--pair: a failing case exits 3 (got {rc}): {out}")
+    rc, out = run("--pair", os.path.join(root, "nosuch.json"), os.path.join(d, "new_1.json"))
+    check(rc == 2 and "nosuch.json: no such file" in out, f"--pair: missing file exits 2 (got {rc}): {out}")
+    rc, out = run("--pair", os.path.join(d, "junk_1.json"), os.path.join(d, "new_1.json"))
+    check(rc == 2 and "not a punica-bench result" in out, f"--pair: bad JSON exits 2 (got {rc}): {out}")
+    rc, out = run(d, "main", "new", "--pair", os.path.join(d, "main_1.json"), os.path.join(d, "new_1.json"))
+    check(rc == 2 and "takes no DIR" in out, f"--pair with a folder too: exit 2 (got {rc}): {out}")
+    rc, out = run()
+    check(rc == 2 and "give DIR BASE NEW" in out, f"no arguments: exit 2 (got {rc}): {out}")
+
 sys.exit(finish("ab_compare_test"))
