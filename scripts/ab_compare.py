@@ -6,8 +6,9 @@
     scripts/ab_compare.py --pair OLD NEW [--top N] [--cases REGEX] [--json FILE]
 
 DIR is the folder that holds the result files `<variant>_<round>.json` (ab_bench_device.sh's
-`bench_ab/`), or its parent. --pair compares two single result files instead (one round each; `.json`
-or the gzipped `.json.gz` of results/history), e.g. an installed file against the one it replaced. Per case and variant it takes the median over the rounds of the cold
+`bench_ab/`), or its parent. --pair compares two single result files instead, as variants `old` and
+`new` of one round each (`.json`, or the gzipped `.json.gz` of results/history), e.g. an installed
+file against the one it replaced. Per case and variant it takes the median over the rounds of the cold
 time (`timing.time_us.median`) and of the back-to-back time (`timing.batch_time_us`), then prints
 for each NEW against BASE: the ratio NEW / BASE per (op, tokens) group (median, min, max; back to back
 and cold), and the N cases with the lowest and the highest back-to-back ratio. --cases REGEX also
@@ -137,17 +138,21 @@ def main():
         if a.dir is not None:
             fail("--pair OLD NEW takes no DIR / BASE / NEW arguments")
         d, a.base, a.new = None, "old", ["new"]
-        base, base_rounds = load_files([a.pair[0]]), 1
-        print(f"old: {a.pair[0]}\nnew: {a.pair[1]}")
+        files = dict(zip(("old", "new"), a.pair))
+        print(f"old: {files['old']}\nnew: {files['new']}")
+        load = lambda name: (load_files([files[name]]), 1)
     else:
         if a.dir is None or a.base is None or not a.new:
             fail("give DIR BASE NEW [NEW...], or --pair OLD NEW")
         d = result_dir(a.dir)
-        base, base_rounds = load_variant(d, a.base)
+        load = lambda name: load_variant(d, name)
+    base, base_rounds = load(a.base)
     status = 0
-    out = {"dir": d, "base": a.base, "variants": {}} if not a.pair else {"pair": a.pair, "base": "old", "variants": {}}
+    out = {"dir": d, "base": a.base, "variants": {}}
+    if a.pair:
+        out["pair"] = a.pair
     for name in a.new:
-        new, rounds = (load_files([a.pair[1]]), 1) if a.pair else load_variant(d, name)
+        new, rounds = load(name)
         rows = compare(base, new)
         missing = len(base) - len(rows)
         print(f"== {name} against {a.base} ({rounds} / {base_rounds} rounds, {len(rows)} cases; ratio {name} / {a.base})")
