@@ -532,6 +532,30 @@ TEST(ExpandHeuristics, PipeNtbOneWave) {
   EXPECT_EQ(pipe_ntb(h4096, 1, 0, 396, 8, 16), 1);
 }
 
+// pipe_ntb's round_spill (the 16-row rank <= 16 kernel, expand_heur::kPipe16FewOneWave): the count
+// within the cap that spills past one wave only through each slice's rounding.
+TEST(ExpandHeuristics, PipeNtbRoundSpill) {
+  using expand_heur::pipe_ntb;
+  using expand_heur::pipe_token_tiles;
+  const int64_t qkv[] = {32, 8, 8}, one[] = {32};
+  const int64_t tt = pipe_token_tiles(256, 32, 16);  // 32 adapters of 8 tokens: one 16-row tile each
+  ASSERT_EQ(tt, 32);
+  // 48 x 32 tiles want 3 per block (the cap for 3 slices), but 11 + 3 + 3 = 17 x 32 = 544 > 528
+  // blocks; 4 give 12 x 32 = 384.
+  EXPECT_EQ(pipe_ntb(qkv, 3, tt, 528, 3, expand_heur::kPipe16FewOneWave, true), 4);
+  EXPECT_EQ(pipe_ntb(qkv, 3, tt, 528, 3, expand_heur::kPipe16FewOneWave, false), 3);  // off: as before
+  EXPECT_EQ(pipe_ntb(qkv, 3, tt, 544, 3, 4, true), 3);  // 544 slots: 3 already fits one wave
+  // 64 token tiles: 4 per block still leaves 12 x 64 = 768 > 528 blocks: the cap
+  EXPECT_EQ(pipe_ntb(qkv, 3, 64, 528, 3, 4, true), 3);
+  // one slice: 2 per block fit (16 x 32 = 512), no spill, no change
+  EXPECT_EQ(pipe_ntb(one, 1, tt, 528, 4, 4, true), 2);
+  // the spill is checked at the wave fit's own count: 34 x 30 tiles want 2 per block, which spill
+  // ((17 + 1) x 30 = 540 > 528 blocks); 3 give (11 + 1) x 30 = 360
+  const int64_t odd[] = {33, 1};
+  EXPECT_EQ(pipe_ntb(odd, 2, 30, 528, 3, 4, false), 2);
+  EXPECT_EQ(pipe_ntb(odd, 2, 30, 528, 3, 4, true), 3);
+}
+
 TEST(TileBound, CoversEverySplitAndIsTight) {
   EXPECT_EQ(token_tile_bound(256, 1, 64), 4);    // one adapter: exactly ceil(T / 64) (was 6)
   EXPECT_EQ(token_tile_bound(256, 2, 64), 5);    // one adapter and the -1 entry (the shrink's grid)

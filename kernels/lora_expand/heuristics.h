@@ -61,22 +61,27 @@ inline bool pipe_dual(int64_t T) { return T >= kPipeDualMinTokens; }
 constexpr int kPipeTiles64OneWave = 16;
 // Column tiles per block for the pipelined kernels: the smallest count that fits the batch's tiles
 // into one wave of `slots` resident blocks, at most max_ntb; above that, up to one_wave_max (0: off)
-// where every working block then fits into one wave. col_tiles: each slice's column tiles;
-// token_tiles: the working token tiles (pipe_token_tiles).
+// where every working block then fits into one wave. round_spill: also where the count within the
+// cap spills past one wave through each slice's rounding, up to one_wave_max tiles if one of them
+// fits one wave. col_tiles: each slice's column tiles; token_tiles: the working token tiles
+// (pipe_token_tiles).
 inline int pipe_ntb(const int64_t* col_tiles, int num_slices, int64_t token_tiles, int64_t slots, int max_ntb,
-                    int one_wave_max) {
+                    int one_wave_max, bool round_spill = false) {
   int64_t ct = 0;
   for (int s = 0; s < num_slices; ++s) ct += col_tiles[s];
   slots = std::max<int64_t>(1, slots);
   const int64_t want = (ct * token_tiles + slots - 1) / slots;
-  if (want > max_ntb && one_wave_max > max_ntb) {
-    for (int m = max_ntb + 1; m <= one_wave_max; ++m) {
-      int64_t blocks = 0;
-      for (int s = 0; s < num_slices; ++s) blocks += (col_tiles[s] + m - 1) / m;
-      if (blocks * token_tiles <= slots) return m;
-    }
-  }
-  return int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, want)));
+  const int fit = int(std::max<int64_t>(1, std::min<int64_t>(max_ntb, want)));
+  const auto blocks_of = [&](int m) {
+    int64_t b = 0;
+    for (int s = 0; s < num_slices; ++s) b += (col_tiles[s] + m - 1) / m;
+    return b * token_tiles;
+  };
+  const bool spill = want > max_ntb || (round_spill && blocks_of(fit) > slots);
+  if (spill)
+    for (int m = fit + 1; m <= one_wave_max; ++m)
+      if (blocks_of(m) <= slots) return m;
+  return fit;
 }
 
 // Two or more slices at rank <= 16: at most 3 column tiles per block. Measured (results/NOTES.md v17
@@ -192,6 +197,20 @@ constexpr int64_t kPipe16FewMaxTokensPerLora = 16;
 inline bool pipe16_few(int64_t T, int64_t max_loras) {
   return max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
 }
+// EXPERIMENT (exp/round-spill-hint, prepared, not measured): the rank <= 16 kernel with 16-row token
+// tiles (pipe16_few's several adapters of at most 16 tokens each, or small_bm's 16 rows) where the
+// wave fit's count spills past one wave only through each slice's rounding: up to kPipeTiles16 tiles
+// per block (pipe_ntb's round_spill) if that makes one wave, and only where the caller passed
+// num_active_loras. The qkv shape at T=256 with 32 adapters of rank 16 (32 token tiles, column
+// tiles 32 / 8 / 8) takes 3 tiles per block, 17 x 32 = 544 blocks on 528 slots; 4 tiles give
+// 12 x 32 = 384. Measured without the hint condition (results/NOTES.md v32 parts 3-5, H200, back to
+// back / cold): with 32 real adapters that expand 8.47 -> 7.14 us (0.84 / 0.90-0.92), at T=64 0.85 /
+// 0.87, add_lora_linear 0.93-0.95; but with 1-8 adapters in 32 slots, whose host count is the same
+// (every slot), 1.09-1.37x slower (add_lora_linear 1.01-1.10x): the few real tiles fit one wave
+// anyway and 4 tiles per block only lengthen them. With the hint the host's count is the real one.
+// The 64-row tiles' rounding spill (qkv r=16 at T=2048: 544 -> 384 blocks) measured 1.02-1.03 slower
+// back to back (cold 0.93-0.99): not taken there.
+constexpr int kPipe16FewOneWave = kPipeTiles16;
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with
 // under 16 tokens per adapter. Measured (bench_lora_ops, back to back, streaming at git 3f6770a

@@ -382,11 +382,11 @@ enum class ExpandLaunch { ordinary, after_shrink, standalone };
 // the tile count is H::pipe_token_tiles' estimate, one partial tile per adapter).
 // The launch of a pipelined kernel k (BM-token tiles, groups of ntb BN-column tiles, NT threads,
 // smem bytes of dynamic shared memory); even: ntb rounded up to an even count (the dual kernel);
-// one_wave_max: H::pipe_ntb's longer blocks where they make one wave (0: off).
+// one_wave_max, round_spill: H::pipe_ntb's longer blocks where they make one wave (0: off).
 template <int BM, int BN, int NT, class K>
 void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::atomic<int>* slots_cache,
                       const ExpandParams& e, int max_ntb, bool even, cudaStream_t st, const int32_t* x_ids,
-                      int64_t x_vocab, ExpandLaunch how, int one_wave_max = 0) {
+                      int64_t x_vocab, ExpandLaunch how, int one_wave_max = 0, bool round_spill = false) {
   ensure_smem(k, smem, attr);
   int dev = 0;
   PUNICA_CUDA_CHECK(cudaGetDevice(&dev));
@@ -400,7 +400,7 @@ void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::ato
   }
   int64_t ct[kMaxSlices];
   for (int s = 0; s < e.S; ++s) ct[s] = (e.n[s] + BN - 1) / BN;
-  int ntb = H::pipe_ntb(ct, e.S, H::pipe_token_tiles(e.T, e.E - 1, BM), slots, max_ntb, one_wave_max);
+  int ntb = H::pipe_ntb(ct, e.S, H::pipe_token_tiles(e.T, e.E - 1, BM), slots, max_ntb, one_wave_max, round_spill);
   if (even) ntb += ntb & 1;
   int64_t gx = 0;
   for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
@@ -418,12 +418,13 @@ void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::ato
 
 template <class T, class TI, int BM, int BN, int RK, int WM, int WN, int NS, int MINB>
 void launch_pipe(const ExpandParams& e, int max_ntb, cudaStream_t st, const int32_t* x_ids = nullptr,
-                 int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary, int one_wave_max = 0) {
+                 int64_t x_vocab = 0, ExpandLaunch how = ExpandLaunch::ordinary, int one_wave_max = 0,
+                 bool round_spill = false) {
   static std::atomic<uint64_t> attr{0};
   static std::atomic<int> slots_cache[64];
   launch_pipe_grid<BM, BN, WM * WN * 32>(expand_stream::expand_pipe_kernel<T, TI, BM, BN, RK, WM, WN, NS, MINB>,
                                          expand_stream::PipeLayout<BM, BN, RK, NS>::total, attr, slots_cache, e,
-                                         max_ntb, false, st, x_ids, x_vocab, how, one_wave_max);
+                                         max_ntb, false, st, x_ids, x_vocab, how, one_wave_max, round_spill);
 }
 
 // The dual kernel (expand_stream::expand_pipe_dual_kernel: each block's tiles chosen by its
@@ -505,7 +506,10 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
                            ? 16
                            : H::small_bm(a.num_tokens, lh, column_tiles(p, 128), detail::num_sms_cached());
         if (kind == K::mma_pipe) {
-          if (bm == 16) return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
+          if (bm == 16)  // H::kPipe16FewOneWave: up to 4 tiles where the rounding spills past one wave,
+                         // only where the caller counted the active adapters (num_active_loras)
+            return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how,
+                                                               H::kPipe16FewOneWave, a.num_active_loras > 0);
           if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
         } else {
           if (bm == 16) return launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st, how);

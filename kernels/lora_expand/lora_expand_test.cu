@@ -365,6 +365,32 @@ TEST(LoraExpand, OneWaveTiles) {
     }
 }
 
+// The rank <= 16 kernel with 16-row token tiles and 4 column tiles per block where the wave fit's 3
+// spill past one wave through each slice's rounding (expand_heur::kPipe16FewOneWave, with the
+// num_active_loras hint): 32 adapters of ranks 16 / 8 / none at T = 255 (8 tokens each), 3 unequal
+// slices (32 / 8 / 8 column tiles, the last partial). On 528 slots (132 SMs x 4) 3 tiles per block
+// give 544 blocks, 4 give 384. Without the hint (3 tiles) too.
+TEST(LoraExpand, Pipe16RoundSpill) {
+  const int64_t ct[] = {32, 8, 8};
+  ASSERT_EQ(expand_heur::pipe_ntb(ct, 3, expand_heur::pipe_token_tiles(255, 32, 16), 528, expand_heur::pipe_tiles16(3),
+                                  expand_heur::kPipe16FewOneWave, true),
+            4)
+      << "the case does not reach the longer blocks";
+  std::vector<int> r32;
+  for (int l = 0; l < 32; ++l) r32.push_back(l % 7 == 3 ? 0 : (l % 2 ? 8 : 16));
+  for (DType dt : {DType::bf16, DType::f16})
+    for (bool add : {true, false}) {
+      for (int hint : {32, 0}) {
+        ExpandCase c{dt, DType::f32, 255, {4096, 1024, 1000}, r32, add, 0};
+        c.nan_pad = true;
+        c.hint = hint;
+        c.expect = detail::ExpandPrefillKernel::mma_pipe;
+        ASSERT_TRUE(expand_heur::pipe16_few(c.T, 32)) << "the case must take the 16-row tiles";
+        run_case(c);
+      }
+    }
+}
+
 // ---- perf: cold (256 MiB memset before each launch) and back to back in a CUDA graph; the
 // prefill kernels on the layer and bench shapes. none_pct: share of tokens without adapter.
 void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct) {
