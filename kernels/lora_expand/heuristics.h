@@ -197,19 +197,23 @@ constexpr int64_t kPipe16FewMaxTokensPerLora = 16;
 inline bool pipe16_few(int64_t T, int64_t max_loras) {
   return max_loras >= 2 && T <= kPipe16FewMaxTokensPerLora * max_loras;
 }
-// EXPERIMENT (exp/round-spill-hint, prepared, not measured): the rank <= 16 kernel with 16-row token
-// tiles (pipe16_few's several adapters of at most 16 tokens each, or small_bm's 16 rows) where the
-// wave fit's count spills past one wave only through each slice's rounding: up to kPipeTiles16 tiles
-// per block (pipe_ntb's round_spill) if that makes one wave, and only where the caller passed
-// num_active_loras. The qkv shape at T=256 with 32 adapters of rank 16 (32 token tiles, column
-// tiles 32 / 8 / 8) takes 3 tiles per block, 17 x 32 = 544 blocks on 528 slots; 4 tiles give
-// 12 x 32 = 384. Measured without the hint condition (results/NOTES.md v32 parts 3-5, H200, back to
-// back / cold): with 32 real adapters that expand 8.47 -> 7.14 us (0.84 / 0.90-0.92), at T=64 0.85 /
-// 0.87, add_lora_linear 0.93-0.95; but with 1-8 adapters in 32 slots, whose host count is the same
-// (every slot), 1.09-1.37x slower (add_lora_linear 1.01-1.10x): the few real tiles fit one wave
-// anyway and 4 tiles per block only lengthen them. With the hint the host's count is the real one.
-// The 64-row tiles' rounding spill (qkv r=16 at T=2048: 544 -> 384 blocks) measured 1.02-1.03 slower
-// back to back (cold 0.93-0.99): not taken there.
+// The rank <= 16 kernel with 16-row token tiles (pipe16_few's several adapters of at most 16 tokens
+// each, or small_bm's 16 rows) where the wave fit's count spills past one wave only through each
+// slice's rounding: up to kPipeTiles16 tiles per block (pipe_ntb's round_spill) if that makes one
+// wave, and only where the caller passed num_active_loras. The qkv shape at T=256 with 32 adapters
+// of rank 16 (32 token tiles, column tiles 32 / 8 / 8) takes 3 tiles per block, 17 x 32 = 544
+// blocks on 528 slots; 4 tiles give 12 x 32 = 384. Measured without the hint condition
+// (results/NOTES.md v32 parts 3-5, H200, back to back / cold): with 32 real adapters that expand
+// 8.47 -> 7.14 us (0.84 / 0.90-0.92), at T=64 0.85 / 0.87, add_lora_linear 0.93-0.95; but with 1-8
+// adapters in 32 slots, whose host count is the same (every slot), 1.09-1.37x slower
+// (add_lora_linear 1.01-1.10x): the few real tiles fit one wave anyway and 4 tiles per block only
+// lengthen them. With the hint the host's count is the real one.
+// Measured with the hint condition (NOTES v33 part 1, H200, 3 rounds, the bench's 80 T=64 / 256
+// expand and add_lora_linear cases with active_loras_hint): that qkv expand 7.96 -> 6.74 us (T=64,
+// 0.85 / 0.88 cold) and 8.43 -> 7.15 (T=256, 0.85 / 0.92), add_lora_linear 0.93 / 0.95; the other
+// 76 cases 0.98-1.01; the sparse-slot bench (1-8 adapters in 32 slots, plain and hinted) 0.98-1.02.
+// The 64-row tiles' rounding spill (qkv r=16 at T=2048: 544 -> 384 blocks) measured 1.02-1.03
+// slower back to back (cold 0.93-0.99): not taken there.
 constexpr int kPipe16FewOneWave = kPipeTiles16;
 // After add_lora_linear's shrink (a programmatic dependent launch) the pipelined kernel overlaps the
 // shrink's tail, which the streaming kernel's ordinary launch does not: it stays there except with
