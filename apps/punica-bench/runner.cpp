@@ -436,6 +436,8 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   m["tokens_per_s"] = s.median > 0 ? double(w.tokens) / (s.median * 1e-6) : 0.0;
   m["speedup_vs_cublas"] = nullptr;
   m["speedup_vs_cublas_grouped"] = nullptr;
+  m["copy_fraction"] = nullptr;
+  m["copy_batch_fraction"] = nullptr;
   if (opt_.baselines && be_.name() == "cuda") {
     Baseline bl = P.baseline();
     double dense = 0;
@@ -448,12 +450,24 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
         P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, bl.grouped, 20);
     if (grouped >= 0) bheld = bheld && be_.last_timing_held();
     if (dist_ && dist_->size() > 1) { dense = dist_->allreduce_max(dense); grouped = dist_->allreduce_max(grouped); }
+    // a copy of the case's floor bytes, timed as the case is (Backend::baseline_copy_us): how near
+    // the kernel is to what moving its bytes costs at this size, cold and back to back
+    Backend::CopyBaseline cp = be_.baseline_copy_us(std::size_t(std::max(0.0, w.bytes)), iters, calls);
+    if (cp.cold_us >= 0) bheld = bheld && be_.last_timing_held();
+    if (dist_ && dist_->size() > 1) { cp.cold_us = dist_->allreduce_max(cp.cold_us); cp.batch_us = dist_->allreduce_max(cp.batch_us); }
     bheld = on_all_ranks(bheld);
     rec["baseline"] = {{"cublas_us", ok ? nlohmann::json(dense) : nlohmann::json(nullptr)},
                        {"cublas_grouped_us", grouped >= 0 ? nlohmann::json(grouped) : nlohmann::json(nullptr)},
+                       {"copy_us", cp.cold_us >= 0 ? nlohmann::json(cp.cold_us) : nlohmann::json(nullptr)},
+                       {"copy_batch_us", cp.batch_us >= 0 ? nlohmann::json(cp.batch_us) : nlohmann::json(nullptr)},
                        {"launches_held", bheld}};
     if (ok && s.median > 0) m["speedup_vs_cublas"] = dense / s.median;
     if (grouped >= 0 && s.median > 0) m["speedup_vs_cublas_grouped"] = grouped / s.median;
+    // 1 = as fast as a copy of the same bytes; the floor fraction a copy itself reaches is
+    // work.floor_us / baseline.copy_us (`punica-bench targets` counts the cases where it meets 0.8)
+    m["copy_fraction"] = cp.cold_us >= 0 && s.median > 0 ? nlohmann::json(cp.cold_us / s.median) : nlohmann::json(nullptr);
+    m["copy_batch_fraction"] =
+        cp.batch_us >= 0 && batch > 0 ? nlohmann::json(cp.batch_us / batch) : nlohmann::json(nullptr);
   }
   // Layer cases: time the parts (base GEMM alone, LoRA part, each collective) the same way.
   auto parts = P.parts();

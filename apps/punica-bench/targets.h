@@ -5,6 +5,8 @@
 // Op cases (lora_shrink, lora_expand, add_lora_linear; status pass, timed):
 //   cold          metrics.floor_fraction >= 0.80 for every case with work.floor_us >= 10;
 //   back_to_back  timing.batch_time_us <= run.ceilings.graph_node_us + 1.5 + work.floor_us / 0.8;
+//   (cold and back_to_back also say, where the results hold baseline.copy_us / copy_batch_us, in how
+//   many cases a device copy of the case's floor bytes, timed alike, meets the same bound)
 //   linear_chain  add_lora_linear faster than lora_shrink + lora_expand of the same shape (the case
 //                 id with its op segment removed), cold (timing.time_us.median) and back to back.
 // Layer cases (op "layer"; status pass, timed):
@@ -27,6 +29,10 @@ struct TargetRow {
   std::string group;   // op, or module/tp for the layer targets
   int cases = 0, met = 0;
   double median = -1;  // median of the measured value (cold: floor fraction), -1 when not meaningful
+  // cold and back_to_back: of the cases with a copy baseline (baseline.copy_us / copy_batch_us, a
+  // device copy of the case's floor bytes), how many a copy itself meets the bound in, and how many
+  // of those the kernel misses: the misses that are not the bytes' own cost at that size
+  int copy_cases = 0, copy_met = 0, copy_met_kernel_missed = 0;
   std::vector<std::string> missed;  // "id: value vs bound"
 };
 

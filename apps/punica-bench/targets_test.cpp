@@ -62,6 +62,39 @@ TEST(Targets, OpCases) {
   EXPECT_EQ(r2.met, 0);
 }
 
+TEST(Targets, CopyBaselineCounts) {
+  // a copy of the case's floor bytes, timed alike: does it meet the same bound? (cold: floor / copy_us
+  // >= 0.8; back to back: copy_batch_us <= node 0.5 + 1.5 + floor / 0.8)
+  auto with_copy = [](nlohmann::json c, double copy_us, double copy_batch_us) {
+    c["baseline"] = {{"copy_us", copy_us}, {"copy_batch_us", copy_batch_us}};
+    return c;
+  };
+  auto d = doc({with_copy(op_case("lora_shrink", 20, 0.9, 10, 26), 22, 20),     // copy 0.909: meets; batch 20 <= 27
+                with_copy(op_case("lora_expand", 20, 0.5, 12, 30), 30, 26),     // copy 0.667: misses; batch 26 <= 27
+                with_copy(op_case("add_lora_linear", 5, 0.3, 21, 8), 6, 9)});   // batch 9 > 8.25: the copy misses
+  const TargetsReport r = evaluate_targets({d}, {}, true);
+  const TargetRow* cs = find(r, "cold", "lora_shrink");
+  const TargetRow* ce = find(r, "cold", "lora_expand");
+  const TargetRow* be = find(r, "back_to_back", "lora_expand");
+  const TargetRow* bl = find(r, "back_to_back", "add_lora_linear");
+  ASSERT_TRUE(cs && ce && be && bl);
+  EXPECT_EQ(cs->copy_cases, 1); EXPECT_EQ(cs->copy_met, 1); EXPECT_EQ(cs->copy_met_kernel_missed, 0);
+  EXPECT_EQ(ce->copy_cases, 1); EXPECT_EQ(ce->copy_met, 0); EXPECT_EQ(ce->copy_met_kernel_missed, 0);
+  EXPECT_EQ(be->copy_cases, 1); EXPECT_EQ(be->copy_met, 1); EXPECT_EQ(be->copy_met_kernel_missed, 1);
+  EXPECT_EQ(bl->copy_cases, 1); EXPECT_EQ(bl->copy_met, 0);
+  // the kernels' own verdicts do not change
+  EXPECT_EQ(r.cases, 7);
+  EXPECT_EQ(r.met, 5);
+  EXPECT_NE(r.text.find("copy met"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("floor fraction 0.500 < 0.800 (a copy of its bytes: 0.667)"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("30.00 us > 27.00 us (a copy of its bytes: 26.00 us)"), std::string::npos) << r.text;
+  EXPECT_EQ(r.doc["targets"][0]["copy_met"], 1);
+  // documents without the baseline (older results) print no copy column
+  const TargetsReport old = evaluate_targets({doc({op_case("lora_shrink", 20, 0.9, 10, 26)})}, {}, false);
+  EXPECT_EQ(old.text.find("copy met"), std::string::npos) << old.text;
+  EXPECT_EQ(old.rows[0].copy_cases, 0);
+}
+
 TEST(Targets, LayerCases) {
   auto d = doc({layer_case("prefill", false, 45, nlohmann::json::object(), 0.75),
                 // sharded: 70 > 1.1 x (45 + 10) = 60.5; the base layer's all-reduce (100) must not count

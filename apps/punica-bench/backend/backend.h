@@ -108,6 +108,13 @@ class Backend {
   struct Group { int64_t m, n, k; };
   virtual double baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups,
                                           int iters) = 0;
+  // The speed of light of a case's own size: a device-to-device copy that moves `bytes` in all
+  // (bytes / 2 read, bytes / 2 written), timed as the case is: cold (median of `iters`, each copy on
+  // a region that the others have pushed out of L2) and back to back (`calls` copies in one CUDA
+  // graph). The floor (DESIGN §7) prices the same bytes at the 1 GiB copy's rate, which a copy of a
+  // few MB does not reach. Negative = unavailable (no GPU, or not enough memory for the regions).
+  struct CopyBaseline { double cold_us = -1, batch_us = -1; };
+  virtual CopyBaseline baseline_copy_us(std::size_t /*bytes*/, int /*iters*/, int /*calls*/) { return {}; }
 };
 
 // RAII buffer in a backend's memory.

@@ -385,6 +385,29 @@ class CudaBackend final : public Backend {
     });
     return median(t);
   }
+  CopyBaseline baseline_copy_us(std::size_t bytes, int iters, int calls) override {
+    CopyBaseline r;
+    const std::size_t half = (bytes / 2 + 255) / 256 * 256;  // each region: src | dst, 256-byte aligned
+    if (half == 0 || iters <= 0) return r;
+    const std::size_t region = 2 * half;
+    // regions over 2x L2 in all, as the case's rotated copies are: a region comes round again only
+    // after the others have pushed it out of L2 (a few MB cases take many small regions; a case of
+    // some GB two regions, if memory allows)
+    std::size_t nreg = std::max<std::size_t>(2, (2 * l2_bytes() + region - 1) / region + 1);
+    const std::size_t budget = free_memory_bytes() / 4;
+    nreg = std::min(nreg, budget / region);
+    if (nreg < 2) return r;
+    kernels::DeviceBuffer pool(region * nreg);
+    zero(pool.get(), region * nreg);
+    char* base = static_cast<char*>(pool.get());
+    auto body = [&](int i) {
+      char* p = base + std::size_t(i) % nreg * region;
+      copy(p + half, p, half);
+    };
+    r.cold_us = median(time_iterations(3, iters, body));
+    if (calls > 0) r.batch_us = time_batch(calls, 5, body);
+    return r;
+  }
 
  private:
   ncclComm_t comm(int tp) {
