@@ -241,6 +241,15 @@ TEST(ShrinkHeuristics, DecodeKernelRange) {
   EXPECT_FALSE(shrink_heur::use_decode_kernel(129, 1, 16, 8));  // prefill
 }
 
+// One slice at rank <= 32 (under 3 column groups) from 2048 tokens: the 128-token stream-K tile.
+TEST(ShrinkHeuristics, FewGroupsStreamK) {
+  EXPECT_TRUE(shrink_heur::auto_few_groups_sk(2048, 1, 16));
+  EXPECT_TRUE(shrink_heur::auto_few_groups_sk(8192, 1, 32));   // 2 groups
+  EXPECT_FALSE(shrink_heur::auto_few_groups_sk(2047, 1, 16));  // below the token floor
+  EXPECT_FALSE(shrink_heur::auto_few_groups_sk(8192, 1, 33));  // 3 groups: auto_fused's own rule
+  EXPECT_FALSE(shrink_heur::auto_few_groups_sk(8192, 2, 16));  // two slices: not measured
+}
+
 TEST(LinearHeuristics, SplitPartialsWindow) {
   // Llama-3-8B gate_up, T=64, 8 adapters, ranks 8/16/64: the split-K GEMV path (62.7 vs 103.2 us).
   EXPECT_TRUE(linear_heur::use_split_partials(64, 8, 64, 4096, 2, 28672));

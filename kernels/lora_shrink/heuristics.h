@@ -77,6 +77,18 @@ inline bool auto_fused(int64_t T, int S, int max_rank, int max_loras = 0) {
   return column_groups(S, max_rank) >= 3;
 }
 
+// EXPERIMENT (exp/few-groups-sk): one slice at rank <= 32 (under 3 column groups, which auto_fused
+// leaves to the per-slice mma tiles above 1024 tokens) from kFewGroupsSkMinTokens tokens: the
+// 128-token fused tile with stream-K (ShrinkKernel::fused128_sk). LoraShrinkPerf at fa30d5c (H200,
+// T=8192, rank 16, one slice; cold after a 256 MiB flush / back to back in a graph): H=4096 8
+// adapters 32.9 / 23.9 -> 29.2 / 22.2 us, 32 adapters 37.3 / 28.3 -> 31.1 / 23.0, H=8192 8 adapters
+// 52.5 / 40.2 -> 47.1 / 38.4. The mma tiles' rule above dates from NOTES v8, before the fused tiles'
+// stream-K and 128-token variants.
+constexpr int64_t kFewGroupsSkMinTokens = 2048;
+inline bool auto_few_groups_sk(int64_t T, int S, int max_rank) {
+  return S == 1 && column_groups(S, max_rank) < 3 && T >= kFewGroupsSkMinTokens;
+}
+
 // Stream-K for the automatic fused path when each resident block would get >= 16 k-tiles (T=8192,
 // H=4096: 20). Measured on the H200 (lora_shrink_test LoraShrinkPerf, results/NOTES.md v6): 5-22%
 // faster cold from T=8192 (qkv r=64: 77 -> 67 us; T=16384 qkv r=16: 66 -> 56 us), but 6-14% slower

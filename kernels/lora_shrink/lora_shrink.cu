@@ -1084,6 +1084,8 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   // Not the cluster tile (for `cluster`: a shape the tile does not take): automatic's other kernels.
   if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
   if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, lh)) return detail::launch_shrink_decode(a, stream);
+  // one slice at rank <= 32 from 2048 tokens: the 128-token stream-K tile (H::auto_few_groups_sk)
+  if (kind == K::automatic && H::auto_few_groups_sk(a.num_tokens, a.num_slices, a.max_rank)) kind = K::fused128_sk;
   const ShrinkParams p = make_params(a);
   const bool vec = shrink_vec_ok(a, p);
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;

@@ -234,6 +234,21 @@ TEST(LoraShrink, FusedWideSplit) {
   }
 }
 
+// The automatic path's 128-token stream-K tile for one slice at rank <= 32 from 2048 tokens
+// (shrink_heur::auto_few_groups_sk): odd token counts, ranks 32 / 16 / 1 / none (NaN padding past
+// each), an adapter slot of rank 0, bf16 and fp16, K = 4096 and an odd 2056.
+TEST(LoraShrink, FewGroupsStreamK) {
+  for (int T : {2048, 2049, 8191})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      ShrinkCase c{dt, DType::f32, T, T == 2049 ? 2056 : 4096, 1, {32, 16, 0, 1, 32, 7}};
+      c.nan_pad = true;
+      run_case(c);
+    }
+  ShrinkCase r16{DType::bf16, DType::f32, 8192, 8192, 1, std::vector<int>(32, 16)};
+  r16.nan_pad = true;
+  run_case(r16);
+}
+
 // Large prefill: T ~ 8000, 3 slices, 32 adapters of mixed ranks (NaN padding), fused without split.
 TEST(LoraShrink, LargePrefillMixed) {
   std::vector<int> ranks;
