@@ -77,13 +77,17 @@ inline bool auto_fused(int64_t T, int S, int max_rank, int max_loras = 0) {
   return column_groups(S, max_rank) >= 3;
 }
 
-// EXPERIMENT (exp/few-groups-sk): one slice at rank <= 32 (under 3 column groups, which auto_fused
-// leaves to the per-slice mma tiles above 1024 tokens) from kFewGroupsSkMinTokens tokens: the
-// 128-token fused tile with stream-K (ShrinkKernel::fused128_sk). LoraShrinkPerf at fa30d5c (H200,
-// T=8192, rank 16, one slice; cold after a 256 MiB flush / back to back in a graph): H=4096 8
-// adapters 32.9 / 23.9 -> 29.2 / 22.2 us, 32 adapters 37.3 / 28.3 -> 31.1 / 23.0, H=8192 8 adapters
-// 52.5 / 40.2 -> 47.1 / 38.4. The mma tiles' rule above dates from NOTES v8, before the fused tiles'
-// stream-K and 128-token variants.
+// One slice at rank <= 32 (under 3 column groups, which auto_fused leaves to the per-slice mma tiles
+// above 1024 tokens) from kFewGroupsSkMinTokens tokens: the 128-token fused tile with stream-K
+// (ShrinkKernel::fused128_sk). The mma tiles' rule above dates from NOTES v8, before the fused
+// tiles' stream-K and 128-token variants. LoraShrinkPerf at fa30d5c (H200, T=8192, rank 16, one
+// slice; cold after a 256 MiB flush / back to back in a graph): H=4096 8 adapters 32.9 / 23.9 ->
+// 29.2 / 22.2 us, 32 adapters 37.3 / 28.3 -> 31.1 / 23.0, H=8192 8 adapters 52.5 / 40.2 -> 47.1 /
+// 38.4. Bench A/B (NOTES v33 part 4, 2 rounds, rank 16 one slice, 1 / 8 / 32 adapters, back to back /
+// cold): lora_shrink T=4096 0.86 / 0.83 (0.77-0.94), T=8192 0.93 / 0.90 (0.86-0.97); add_lora_linear
+// T=2048-8192 0.97 / 0.95-0.97 (0.90-1.01); the T=2048 lora_shrink keeps the cluster tile (auto_cluster
+// comes first), 1.00. The sparse-slot bench's T=2048 cases: 0.92-1.03. Not measured: two slices
+// (gate_up at rank 16), T above 8192.
 constexpr int64_t kFewGroupsSkMinTokens = 2048;
 inline bool auto_few_groups_sk(int64_t T, int S, int max_rank) {
   return S == 1 && column_groups(S, max_rank) < 3 && T >= kFewGroupsSkMinTokens;
