@@ -184,6 +184,7 @@ std::string export_gbench(const nlohmann::json& doc) {
     if (json_at(r, {"metrics", "tokens_per_s"}).is_number()) b["items_per_second"] = json_at(r, {"metrics", "tokens_per_s"});
     if (json_at(r, {"check", "nwrong"}).is_number()) b["nwrong"] = json_at(r, {"check", "nwrong"});
     if (json_at(r, {"metrics", "floor_fraction"}).is_number()) b["floor_fraction"] = json_at(r, {"metrics", "floor_fraction"});
+    if (json_at(r, {"metrics", "copy_fraction"}).is_number()) b["copy_fraction"] = json_at(r, {"metrics", "copy_fraction"});
     if (st != "pass") {
       b["error_occurred"] = true;
       b["error_message"] = st == "fail" ? "wrong result: nwrong=" + num(json_at(r, {"check", "nwrong"}), 12)
@@ -198,7 +199,7 @@ std::string export_csv(const nlohmann::json& doc) {
   std::ostringstream o;
   o << "id,op,status,num_tokens,dtype,tp,fully_sharded,layer,nwrong,max_abs_err,max_rel_err,median_us,p10_us,"
        "p90_us,batch_time_us,floor_us,floor_fraction,gb_per_s,tflops,tokens_per_s,speedup_vs_cublas,"
-       "speedup_vs_cublas_grouped,skip_reason\n";
+       "speedup_vs_cublas_grouped,skip_reason,copy_us,copy_batch_us,copy_fraction,copy_batch_fraction\n";
   auto cell = [](const nlohmann::json& v) {
     if (v.is_null()) return std::string();
     if (v.is_string()) return csv_escape(v.get<std::string>());
@@ -217,6 +218,9 @@ std::string export_csv(const nlohmann::json& doc) {
       << cell(json_at(r, {"metrics", "gb_per_s"})) << "," << cell(json_at(r, {"metrics", "tflops"})) << ","
       << cell(json_at(r, {"metrics", "tokens_per_s"})) << "," << cell(json_at(r, {"metrics", "speedup_vs_cublas"})) << ","
       << cell(json_at(r, {"metrics", "speedup_vs_cublas_grouped"})) << "," << cell(r.value("skip_reason", nlohmann::json()))
+      // the copy baseline (from fa30d5c on) after the older columns, so that readers by position keep working
+      << "," << cell(json_at(r, {"baseline", "copy_us"})) << "," << cell(json_at(r, {"baseline", "copy_batch_us"})) << ","
+      << cell(json_at(r, {"metrics", "copy_fraction"})) << "," << cell(json_at(r, {"metrics", "copy_batch_fraction"}))
       << "\n";
   }
   return o.str();

@@ -133,6 +133,15 @@ TEST(Exporters, CsvAndMarkdown) {
   std::string csv = export_csv(doc_with(3));
   EXPECT_EQ(csv.rfind("id,op,status,", 0), 0u);
   EXPECT_NE(csv.find("n/lora_shrink/x=1,lora_shrink,pass"), std::string::npos);
+  // the copy baseline's columns come last, empty where a result has none
+  EXPECT_NE(csv.find(",skip_reason,copy_us,copy_batch_us,copy_fraction,copy_batch_fraction\n"), std::string::npos);
+  EXPECT_NE(csv.find(",,,,\n"), std::string::npos) << csv;
+  auto d = doc_with(3);
+  d["cases"][0]["baseline"] = {{"copy_us", 2.5}, {"copy_batch_us", 2}};
+  d["cases"][0]["metrics"]["copy_fraction"] = 0.75;
+  d["cases"][0]["metrics"]["copy_batch_fraction"] = 0.5;
+  EXPECT_NE(export_csv(d).find(",2.5,2,0.75,0.5\n"), std::string::npos) << export_csv(d);
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(export_gbench(d))["benchmarks"][0]["copy_fraction"].get<double>(), 0.75);
   std::string md = export_md(doc_with(3));
   EXPECT_NE(md.find("| `n/lora_shrink/x=1` | pass |"), std::string::npos);
 }
