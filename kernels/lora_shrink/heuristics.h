@@ -86,8 +86,10 @@ inline bool auto_fused(int64_t T, int S, int max_rank, int max_loras = 0) {
 // 38.4. Bench A/B (NOTES v33 part 4, 2 rounds, rank 16 one slice, 1 / 8 / 32 adapters, back to back /
 // cold): lora_shrink T=4096 0.86 / 0.83 (0.77-0.94), T=8192 0.93 / 0.90 (0.86-0.97); add_lora_linear
 // T=2048-8192 0.97 / 0.95-0.97 (0.90-1.01); the T=2048 lora_shrink keeps the cluster tile (auto_cluster
-// comes first), 1.00. The sparse-slot bench's T=2048 cases: 0.92-1.03. Not measured: two slices
-// (gate_up at rank 16), T above 8192.
+// comes first), 1.00. The sparse-slot bench's T=2048 cases: 0.92-1.03. Two slices at rank 16
+// (gate_up) stay as they are: automatic takes a fused tile there already, and LoraShrinkPerf has
+// it ahead of fused128_sk (T=8192, 8 adapters, a quarter of the tokens without one: 23.9 / 17.4
+// against 25.2 / 18.0 us). Not measured: T above 8192.
 constexpr int64_t kFewGroupsSkMinTokens = 2048;
 inline bool auto_few_groups_sk(int64_t T, int S, int max_rank) {
   return S == 1 && column_groups(S, max_rank) < 3 && T >= kFewGroupsSkMinTokens;
