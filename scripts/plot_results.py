@@ -4,8 +4,10 @@
   scripts/plot_results.py RESULT.json [RESULT2.json ...] -o OUTDIR
 
 Writes, per op: time_vs_tokens_<op>.png (median cold time vs tokens, p10-p90 band, the floor
-drawn dashed, one colour per shape) and floor_fraction.png (fraction of the floor per case,
-grouped by op, the 0.8 target line). Needs matplotlib (Debian python3-matplotlib).
+drawn dashed, the copy baseline dotted where the results have it, one colour per shape) and
+floor_fraction.png (fraction of the floor per case, grouped by op, the 0.8 target line, and a
+black tick per case for the floor fraction a copy of the same bytes reaches). Needs matplotlib
+(Debian python3-matplotlib).
 """
 import argparse
 import collections
@@ -30,6 +32,12 @@ def shape_key(case):
     """The axes that define a shape (not the token count): one line per shape."""
     parts = [p for p in case["id"].split("/") if p.startswith(SHAPE_AXES)]
     return case["id"].split("/")[0] + ":" + "/".join(parts)
+
+
+def copy_us(c):
+    """The case's copy baseline (baseline.copy_us, cold), or None where the results have none."""
+    v = (c.get("baseline") or {}).get("copy_us")
+    return v if isinstance(v, (int, float)) and v > 0 else None
 
 
 def main():
@@ -63,10 +71,14 @@ def main():
             ax.plot(t, med, "o-", color=col, label=shape, lw=1.2, ms=3)
             ax.fill_between(t, lo, hi, color=col, alpha=0.15)
             ax.plot(t, fl, "--", color=col, lw=0.8)
+            # the copy baseline (results from fa30d5c on): a device copy of the same bytes, timed alike
+            cp = [copy_us(c) for c in cs]
+            if all(v is not None for v in cp):
+                ax.plot(t, cp, ":", color=col, lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("tokens")
-        ax.set_ylabel("cold time per call (µs); dashed = floor (bytes / copy bandwidth)")
+        ax.set_ylabel("cold time per call (µs)\ndashed = floor (bytes / copy bandwidth), dotted = a copy of those bytes")
         ax.set_title(f"{op} — {title}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -75,12 +87,16 @@ def main():
         plt.close(fig)
     fig, ax = plt.subplots(figsize=(12, 5))
     xs, ys, cols, labels = [], [], [], []
+    cx, cy = [], []  # the floor fraction a copy of the same bytes reaches, where the results have it
     for j, (op, shapes) in enumerate(sorted(by_op.items())):
         for shape, cs in sorted(shapes.items()):
             for c in cs:
                 ff = (c.get("metrics") or {}).get("floor_fraction")
                 if ff is None:
                     continue
+                if copy_us(c):
+                    cx.append(len(xs))
+                    cy.append(c["work"]["floor_us"] / copy_us(c))
                 xs.append(len(xs))
                 ys.append(ff)
                 big = c["work"]["floor_us"] >= 10
@@ -88,12 +104,16 @@ def main():
                 cols.append(matplotlib.colors.to_rgba(f"C{j % 10}", 1.0 if big else 0.3))
                 labels.append(op if not labels or labels[-1] != op else "")
     ax.bar(xs, ys, color=cols)
+    if cx:
+        ax.scatter(cx, cy, marker="_", color="k", s=12, lw=0.8)
     ax.axhline(0.8, color="k", ls="--", lw=0.8, label="target 0.8 (cases with floor ≥ 10 µs)")
     ax.set_ylabel("floor / median cold time")
     ax.set_xlabel("case (grouped by op, tokens increasing within a shape)")
     handles = [matplotlib.patches.Patch(color=f"C{j % 10}", label=op) for j, op in enumerate(sorted(by_op))]
     handles.append(matplotlib.patches.Patch(color=matplotlib.colors.to_rgba("C7", 0.3), label="pale: floor < 10 µs"))
     handles.append(matplotlib.lines.Line2D([], [], color="k", ls="--", lw=0.8, label="target 0.8 (floor ≥ 10 µs)"))
+    if cx:
+        handles.append(matplotlib.lines.Line2D([], [], color="k", marker="_", ls="", label="a copy of the same bytes"))
     ax.legend(handles=handles, fontsize=7, loc="upper left")
     ax.set_title(f"fraction of the bandwidth floor — {title}")
     fig.tight_layout()
