@@ -94,9 +94,10 @@ def main():
                 ff = (c.get("metrics") or {}).get("floor_fraction")
                 if ff is None:
                     continue
-                if copy_us(c):
+                cp = copy_us(c)
+                if cp:
                     cx.append(len(xs))
-                    cy.append(c["work"]["floor_us"] / copy_us(c))
+                    cy.append(c["work"]["floor_us"] / cp)
                 xs.append(len(xs))
                 ys.append(ff)
                 big = c["work"]["floor_us"] >= 10

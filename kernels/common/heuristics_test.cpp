@@ -509,8 +509,6 @@ TEST(ExpandHeuristics, PipeTokenTiles) {
   EXPECT_EQ(pipe_token_tiles(64, 0, 64), 1);       // no adapter slot: treated as one
 }
 
-// The launch grids' token-tile bound (token_tile_bound): never below the tiles find_tile returns for
-// any split of T tokens over the entries, and tight for one entry.
 // The pipelined expand's tiles per block: the wave fit up to the cap, and for the 64 x 64 kernel
 // (one_wave_max 16) longer blocks only where every working block then fits into one wave. 396
 // slots = 132 SMs x 3 blocks.
@@ -565,6 +563,8 @@ TEST(ExpandHeuristics, PipeNtbRoundSpill) {
   EXPECT_EQ(pipe_ntb(odd, 2, 30, 528, 3, 4, true), 3);
 }
 
+// The launch grids' token-tile bound (token_tile_bound): never below the tiles find_tile returns for
+// any split of T tokens over the entries, and tight for one entry.
 TEST(TileBound, CoversEverySplitAndIsTight) {
   EXPECT_EQ(token_tile_bound(256, 1, 64), 4);    // one adapter: exactly ceil(T / 64) (was 6)
   EXPECT_EQ(token_tile_bound(256, 2, 64), 5);    // one adapter and the -1 entry (the shrink's grid)

@@ -403,7 +403,7 @@ void launch_pipe_grid(K* k, unsigned smem, std::atomic<uint64_t>& attr, std::ato
   int ntb = H::pipe_ntb(ct, e.S, H::pipe_token_tiles(e.T, e.E - 1, BM), slots, max_ntb, one_wave_max, round_spill);
   if (even) ntb += ntb & 1;
   int64_t gx = 0;
-  for (int s = 0; s < e.S; ++s) gx += ((e.n[s] + BN - 1) / BN + ntb - 1) / ntb;
+  for (int s = 0; s < e.S; ++s) gx += (ct[s] + ntb - 1) / ntb;
   // ceil(T / BM) + L + 1 rows, not token_tile_bound (the shrink's grid): the tighter bound measured
   // slower back to back at T=64 rank 64 (results/NOTES.md v27 part 4: one adapter 1.04-1.05, one
   // adapter in 32 slots 1.49-1.63 at unchanged cold times; not explained).
