@@ -250,6 +250,25 @@ TEST(ShrinkHeuristics, FewGroupsStreamK) {
   EXPECT_FALSE(shrink_heur::auto_few_groups_sk(8192, 2, 16));  // two slices: not measured
 }
 
+// The warp-k tile inside the decode band, ahead of the decode kernel: >= 32 adapters of 3-4 column
+// groups, >= 3 tokens per adapter with 4 groups and >= 4 with 3 (NOTES v34 part 1).
+TEST(ShrinkHeuristics, WarpKDecodeBand) {
+  EXPECT_TRUE(shrink_heur::auto_wk_decode_band(96, 1, 64, 32));   // one slice r=64: 3 per adapter
+  EXPECT_TRUE(shrink_heur::auto_wk_decode_band(128, 1, 64, 32));
+  EXPECT_TRUE(shrink_heur::auto_wk_decode_band(128, 1, 49, 32));  // 4 groups by the padded rank
+  EXPECT_FALSE(shrink_heur::auto_wk_decode_band(95, 1, 64, 32));  // under 3 per adapter
+  EXPECT_TRUE(shrink_heur::auto_wk_decode_band(128, 3, 16, 32));  // qkv r=16: 4 per adapter
+  EXPECT_FALSE(shrink_heur::auto_wk_decode_band(112, 3, 16, 32));
+  EXPECT_FALSE(shrink_heur::auto_wk_decode_band(129, 1, 64, 32)); // past the decode band
+  EXPECT_FALSE(shrink_heur::auto_wk_decode_band(128, 1, 64, 31)); // under 32 adapters
+  EXPECT_FALSE(shrink_heur::auto_wk_decode_band(128, 1, 64, 64)); // 2 per adapter
+  EXPECT_FALSE(shrink_heur::auto_wk_decode_band(128, 1, 32, 32)); // 2 groups
+  EXPECT_FALSE(shrink_heur::auto_wk_decode_band(128, 3, 64, 32)); // 12 groups: does not fit
+  // inside the band the decode kernel would have taken these shapes
+  EXPECT_TRUE(shrink_heur::use_decode_kernel(96, 1, 64, 32));
+  EXPECT_TRUE(shrink_heur::use_decode_kernel(128, 3, 16, 32));
+}
+
 TEST(LinearHeuristics, SplitPartialsWindow) {
   // Llama-3-8B gate_up, T=64, 8 adapters, ranks 8/16/64: the split-K GEMV path (62.7 vs 103.2 us).
   EXPECT_TRUE(linear_heur::use_split_partials(64, 8, 64, 4096, 2, 28672));
@@ -477,6 +496,23 @@ TEST(ExpandPipeRouting, Preconditions) {
 // The expand's token rows per block on a 132-SM device: 64 until the grid stays under 4 blocks per
 // SM (2 with one adapter), then 32, then 16 (16 only up to 128 tokens). The first four shapes are
 // lora_expand_test's SmallTokenTiles (its comments say which tile height each reaches).
+// One adapter at 16-48 tokens above rank 16: the pipelined kernel, not the streaming one
+// (expand_heur::one_adapter_pipe, NOTES v34 part 1).
+TEST(ExpandHeuristics, OneAdapterPipe) {
+  for (int64_t T : {16, 24, 33, 48}) {
+    EXPECT_TRUE(expand_heur::one_adapter_pipe(T, 64, 1)) << T;
+    EXPECT_TRUE(expand_heur::one_adapter_pipe(T, 17, 1)) << T;
+    EXPECT_TRUE(expand_heur::prefer_stream(T, 64));  // the rule it overrides
+  }
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(15, 64, 1));  // the decode kernel's region
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(49, 64, 1));
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(64, 64, 1));  // measured slower (1.04-1.17)
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 16, 1));  // rank <= 16: its own rules
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 65, 1));  // past the pipelined kernel's rank
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 64, 2));  // two adapters planned
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 64, 32));
+}
+
 TEST(ExpandHeuristics, SmallTokenTiles) {
   using expand_heur::small_bm;
   EXPECT_EQ(small_bm(64, 1, 8, 132), 16);     // T=64, one 1024-column slice

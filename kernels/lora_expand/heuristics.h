@@ -153,6 +153,19 @@ inline bool small_batch_mma(int64_t T, int max_loras, int max_rank) {
 // 23.8 against 34.4; T=512: 25.0 against 26.0; from T=1024 not (32 adapters: 33.4 against 31.0).
 constexpr int64_t kStreamMaxTokens = 512;
 inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxTokens && max_rank > 16; }
+// ... except one adapter at 16-48 tokens (rank 17-64, a standalone expand: add_lora_linear's
+// expand behind its shrink keeps its own rule): the pipelined 64 x 64 kernel, whose few blocks
+// each stream several column tiles of B, beats the streaming kernel's 16-row tiles. Measured on the
+// H200 (bench A/B by axis override, one adapter, 3 interleaved rounds, back to back / cold;
+// results/NOTES.md v34 part 1): qkv r=64 T=16 / 24 / 32 / 48 0.80 / 0.88 / 0.88 / 0.88 (T=16:
+// 4.07 -> 3.28 us), one slice r=64 H=4096 0.89-0.95, H=8192 0.89-0.91 to T=32 and 1.01 at T=48;
+// cold 0.92-0.98; add_lora_linear T=16 / 24 (its small-batch path calls this expand) 0.87-0.95. Not
+// at T=64 (1.04-1.17), nor with 8 adapters (T=16 / 64 1.19-1.56; qkv T=256 0.92 but T=96-192
+// 1.08-1.22), nor below 16 tokens (the decode kernel's region: T=1-4 up to 2x slower).
+constexpr int64_t kOnePipeMinTokens = 16, kOnePipeMaxTokens = 48;
+inline bool one_adapter_pipe(int64_t T, int max_rank, int64_t max_loras) {
+  return max_loras == 1 && max_rank > 16 && max_rank <= 64 && T >= kOnePipeMinTokens && T <= kOnePipeMaxTokens;
+}
 // Token rows per block of the pipelined (rank <= 16) and streaming kernels with an fp32 x: 64, or
 // 32 / 16 where 64-row tiles leave most SMs idle (small batches: T=64 one adapter at H=4096 is 32
 // blocks of 64 x 128). The largest of 64 and 32 whose estimated blocks (column tiles x token tiles,

@@ -480,7 +480,8 @@ PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, det
   // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
   // overlap the shrink's tail (H::prefer_stream_after_shrink).
   const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, lh)
-                                                    : H::prefer_stream(a.num_tokens, a.max_rank));
+                                                    : H::prefer_stream(a.num_tokens, a.max_rank) &&
+                                                          !H::one_adapter_pipe(a.num_tokens, a.max_rank, lh));
   if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, lh))
     return {K::mma_pipe, true};
   const bool pipe_ok = which != K::mma_stream && !stream;

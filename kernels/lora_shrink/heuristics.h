@@ -333,6 +333,24 @@ inline bool use_decode_kernel(int64_t T, int S, int max_rank, int max_loras) {
   const int64_t cols = int64_t(S) * max_rank;
   return !(cols >= 192 || (cols >= 64 && T >= 8 * int64_t(max_loras)));
 }
+// The warp-k tile inside the decode kernel's band (65 <= T <= 128), taken ahead of it, for the
+// adapters auto_wk's mid-batch rule serves (>= 32 planned adapters, 3-4 column groups) once they
+// average enough tokens each that the decode kernel's per-token reads of A repeat: >= 3 per
+// adapter with 4 groups (one slice r=64), >= 4 with 3 (qkv r=16). Measured on the H200 (bench A/B by
+// axis override, 32 adapters, 3 interleaved rounds, back to back / cold; results/NOTES.md v34
+// part 1): one slice r=64 H=8192 T=96 / 112 / 128 0.80 / 0.72 / 0.66 (T=128: 25.0 -> 16.4 us),
+// H=4096 0.92 / 0.83 / 0.75, add_lora_linear 0.74-0.93; qkv r=16 T=128 0.90 / 0.86
+// (add_lora_linear 0.93). Not below: one slice r=64 at T=80 (2.5 per adapter) 0.91 at H=8192 but
+// 1.04 at H=4096; qkv r=16 at T=80 / 96 1.26 / 1.12, T=112 1.00. With more adapters the per-adapter
+// bound keeps the decode kernel everywhere in the band (64 adapters would need 192 tokens).
+constexpr int64_t kWkBandMinTokensPerLora4 = 3, kWkBandMinTokensPerLora3 = 4;
+inline bool auto_wk_decode_band(int64_t T, int S, int max_rank, int64_t max_loras) {
+  if (T < kFusedMinTokens || T > kDecodeKernelMaxTokens || max_loras < kWkMidMinLoras || !wk_fits(S, max_rank))
+    return false;
+  const int g = column_groups(S, max_rank);
+  if (g < 3) return false;
+  return T >= (g >= 4 ? kWkBandMinTokensPerLora4 : kWkBandMinTokensPerLora3) * max_loras;
+}
 
 // Cluster split-K tile (shrink_cluster.cu; sm_90 thread-block clusters): a CTA owns BM = 16 * mg
 // tokens of one adapter (tiles over the sorted tokens, the -1 entry's included: their zero rows),

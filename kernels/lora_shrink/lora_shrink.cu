@@ -1083,12 +1083,16 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   if (want_cluster && detail::shrink_cluster_ok(a)) return detail::launch_shrink_cluster(a, stream);
   // Not the cluster tile (for `cluster`: a shape the tile does not take): automatic's other kernels.
   if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
-  if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, lh)) return detail::launch_shrink_decode(a, stream);
-  // one slice at rank <= 32 from 2048 tokens: the 128-token stream-K tile (H::auto_few_groups_sk)
-  if (kind == K::automatic && H::auto_few_groups_sk(a.num_tokens, a.num_slices, a.max_rank)) kind = K::fused128_sk;
   const ShrinkParams p = make_params(a);
   const bool vec = shrink_vec_ok(a, p);
   const bool fused_ok = vec && a.dtype != DType::f32 && a.out_dtype == DType::f32;
+  // 32+ adapters of 3-4 column groups with 3-4 tokens each inside the decode band: the warp-k tile
+  // reads each adapter's A once where the decode kernel re-reads it per token (H::auto_wk_decode_band)
+  if (kind == K::automatic && fused_ok && H::auto_wk_decode_band(a.num_tokens, a.num_slices, a.max_rank, lh))
+    kind = K::fused_wk;
+  if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, lh)) return detail::launch_shrink_decode(a, stream);
+  // one slice at rank <= 32 from 2048 tokens: the 128-token stream-K tile (H::auto_few_groups_sk)
+  if (kind == K::automatic && H::auto_few_groups_sk(a.num_tokens, a.num_slices, a.max_rank)) kind = K::fused128_sk;
   const bool bm128 = kind == K::fused128 || kind == K::fused128_sk;
   const bool sk = kind == K::fused_sk || kind == K::fused128_sk;
   const bool as_auto = kind == K::automatic || kind == K::fused_wk || kind == K::fused_wg;

@@ -249,6 +249,39 @@ TEST(LoraShrink, FewGroupsStreamK) {
   run_case(r16);
 }
 
+// Inside the decode band, 32 adapters of 3-4 column groups with 3-4 tokens each: the automatic
+// path's warp-k tile ahead of the decode kernel (shrink_heur::auto_wk_decode_band). One slice of
+// mixed ranks up to 64 (one of rank 0, NaN padding past each) at T = 96 / 127 / 128, K = 8192, 4096
+// and an odd 2056, bf16 and fp16; qkv rank <= 16 at T = 128; and 32 of 40 slots active with the
+// caller's count (num_active_loras = 32).
+TEST(LoraShrink, WarpKDecodeBand) {
+  std::vector<int> r64;
+  for (int l = 0; l < 32; ++l) r64.push_back(l == 9 ? 0 : 8 * (1 + (l * 5) % 8));
+  r64[0] = 64;
+  ASSERT_TRUE(shrink_heur::auto_wk_decode_band(96, 1, 64, 32));
+  ASSERT_TRUE(shrink_heur::auto_wk_decode_band(128, 3, 16, 32));
+  struct P { int T; int64_t K; DType dt; };
+  for (const P& q : {P{96, 8192, DType::bf16}, P{127, 2056, DType::f16}, P{128, 4096, DType::bf16}}) {
+    ShrinkCase c{q.dt, DType::f32, q.T, q.K, 1, r64};
+    c.nan_pad = true;
+    run_case(c);
+  }
+  std::vector<int> r16(32, 16);
+  r16[3] = 0;
+  r16[4] = 5;
+  ShrinkCase qkv{DType::bf16, DType::f32, 128, 4096, 3, r16};
+  qkv.nan_pad = true;
+  run_case(qkv);
+  std::vector<int> r40 = r64;
+  r40[9] = 24;
+  for (int l = 0; l < 8; ++l) r40.push_back(0);  // 8 slots never loaded
+  ASSERT_TRUE(shrink_heur::auto_wk_decode_band(100, 1, 64, 32));
+  ShrinkCase h{DType::bf16, DType::f32, 100, 4096, 1, r40};
+  h.nan_pad = true;
+  h.hint = 32;  // the slots with rank > 0
+  run_case(h);
+}
+
 // Large prefill: T ~ 8000, 3 slices, 32 adapters of mixed ranks (NaN padding), fused without split.
 TEST(LoraShrink, LargePrefillMixed) {
   std::vector<int> ranks;
