@@ -501,7 +501,7 @@ TEST(ExpandPipeRouting, Preconditions) {
 TEST(ExpandHeuristics, OneAdapterPipe) {
   for (int64_t T : {16, 24, 33, 48}) {
     EXPECT_TRUE(expand_heur::one_adapter_pipe(T, 64, 1)) << T;
-    EXPECT_TRUE(expand_heur::one_adapter_pipe(T, 17, 1)) << T;
+    EXPECT_TRUE(expand_heur::one_adapter_pipe(T, 24, 1)) << T;
     EXPECT_TRUE(expand_heur::prefer_stream(T, 64));  // the rule it overrides
   }
   EXPECT_FALSE(expand_heur::one_adapter_pipe(15, 64, 1));  // the decode kernel's region
@@ -510,7 +510,7 @@ TEST(ExpandHeuristics, OneAdapterPipe) {
   EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 16, 1));  // rank <= 16: its own rules
   EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 65, 1));  // past the pipelined kernel's rank
   EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 64, 2));  // two adapters planned
-  EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 64, 32));
+  EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 64, 32));  // slots, whatever num_active_loras says
 }
 
 TEST(ExpandHeuristics, SmallTokenTiles) {

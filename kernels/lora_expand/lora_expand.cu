@@ -481,7 +481,7 @@ PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, det
   // overlap the shrink's tail (H::prefer_stream_after_shrink).
   const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, lh)
                                                     : H::prefer_stream(a.num_tokens, a.max_rank) &&
-                                                          !H::one_adapter_pipe(a.num_tokens, a.max_rank, lh));
+                                                          !H::one_adapter_pipe(a.num_tokens, a.max_rank, a.max_loras));
   if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, lh))
     return {K::mma_pipe, true};
   const bool pipe_ok = which != K::mma_stream && !stream;

@@ -264,15 +264,15 @@ TEST(LoraExpand, PipeFewTokens) {
   run_case(d);
 }
 // One adapter at 16-48 tokens above rank 16 through the automatic choice: the pipelined 64 x 64
-// kernel (expand_heur::one_adapter_pipe). Ranks 64 / 40 / 17 over 3, 1 and 2 unequal slices, T = 16 /
+// kernel (expand_heur::one_adapter_pipe). Ranks 64 / 40 / 24 over 3, 1 and 2 unequal slices, T = 16 /
 // 33 / 48, add_inputs on and off, bf16 and fp16, half the tokens without an adapter (NaN x rows);
-// one adapter loaded in 32 slots with the caller's count (num_active_loras = 1; the other slots' B
-// all NaN); and the rule's edges (T = 49 and two adapters keep the streaming kernel).
+// and the rule's edges, which keep the streaming kernel: T = 49, two adapters, and one adapter
+// loaded in 32 slots with the caller's count (num_active_loras = 1; the other slots' B all NaN).
 TEST(LoraExpand, OneAdapterPipe) {
   using K = detail::ExpandPrefillKernel;
   struct P { DType dt; int T; std::vector<int64_t> w; int r; bool add; };
   for (const P& q : {P{DType::bf16, 16, {4096, 1024, 1000}, 64, true}, P{DType::f16, 33, {2056}, 40, false},
-                     P{DType::bf16, 48, {1000, 520}, 17, true}}) {
+                     P{DType::bf16, 48, {1000, 520}, 24, true}}) {
     ExpandCase c{q.dt, DType::f32, q.T, q.w, {q.r}, q.add, 0};
     c.nan_pad = true;
     c.expect = K::mma_pipe;
@@ -281,7 +281,7 @@ TEST(LoraExpand, OneAdapterPipe) {
   ExpandCase one{DType::bf16, DType::f32, 32, {4096}, sparse_ranks(true), true, 0};
   one.nan_pad = true;
   one.hint = 1;
-  one.expect = K::mma_pipe;
+  one.expect = K::mma_stream;  // the rule counts slots: the pipelined grid has a row per slot
   run_case(one);
   ExpandCase edge{DType::bf16, DType::f32, 49, {4096}, {64}, true, 0};
   edge.nan_pad = true;
