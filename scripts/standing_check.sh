@@ -17,6 +17,8 @@
 #                                        slower host took quick + bench + full alone to ~590 s, and
 #                                        the microbench was cut at the 600 s limit
 #   scripts/standing_check.sh OUTDIR m   the microbench alone (m.tgz, ~80 s)
+#   scripts/standing_check.sh OUTDIR fm  full + the microbench (f.tgz, m.tgz; ~330 s): after part q, part
+#                                        s's work in two calls with room under the limit (s alone is ~590 s)
 #   scripts/standing_check.sh OUTDIR q   part a's quick + bench alone (q.tgz, ~190 s), for a call with
 #                                        too little device time left for part a; install with
 #                                        install_results.py --keep f (plus --keep m / l as for s)
@@ -58,10 +60,12 @@ case "$PART" in
   s) one q 200 quick bench
      one f 170 full ;;
   m) one m 220 micro ;;
+  fm) one f 170 full
+      one m 220 micro ;;
   # tp 4 / 8 add cases to each step (2x H200: 70B 122 s, 8B 107 s in all): longer caps, still one call
   x|x70|x8)
      [ "$PART" != x8 ] && one x70 280 LAYERS_FILTER='model=llama-3-70b' layers
      [ "$PART" != x70 ] && one x8 280 LAYERS_FILTER='model=llama-3-8b' layers ;;
-  *) echo "standing_check.sh: part '$PART' is not a, b, s, m, q, x, x70 or x8" >&2; exit 2 ;;
+  *) echo "standing_check.sh: part '$PART' is not a, b, s, m, fm, q, x, x70 or x8" >&2; exit 2 ;;
 esac
 exit $status
