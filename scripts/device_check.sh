@@ -53,6 +53,12 @@ case "$PROFILE" in
     done
     step check_smoke $PB check --backend cuda -o "$OUT/check_smoke.json" --overwrite scenarios/smoke.json
     step check_smoke_nan_padding $PB check --backend cuda -q --nan-padding scenarios/smoke.json
+    # every shrink / expand kind that --kernel can name, each over the smoke scenario with NaN padding
+    # (the kinds the automatic choice never takes at those shapes included)
+    step check_smoke_kernels bash -c 'for k in legacy fused fused_nosplit fused128 fused_sk fused128_sk fused_wk fused_wg cluster; do
+        '"$PB"' check --backend cuda -q --nan-padding --kernel shrink=$k -f lora_shrink scenarios/smoke.json || exit 1; done
+      for k in staged stream pipe; do
+        '"$PB"' check --backend cuda -q --nan-padding --kernel expand=$k -f lora_expand scenarios/smoke.json || exit 1; done'
     step check_ci_grid $PB check --backend cuda -q scenarios/ci_kernel_grid.json
     ;;
   bench)

@@ -35,6 +35,10 @@ pb_test(cli_dump_all ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --dump
 # GPU: the CUDA backend on the smoke scenario (skipped without a GPU).
 add_test(NAME gpu_check_smoke_cuda COMMAND ${PB} check --backend cuda -q ${SC}/smoke.json)
 set_tests_properties(gpu_check_smoke_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 4 TIMEOUT 600)
+# --kernel on the CUDA backend: a forced shrink and expand kind checked against the reference.
+add_test(NAME gpu_check_smoke_kernel_choice COMMAND ${PB} check --backend cuda -q --nan-padding --kernel shrink=fused_wk
+         --kernel expand=pipe -f "lora_(shrink|expand)" ${SC}/smoke.json)
+set_tests_properties(gpu_check_smoke_kernel_choice PROPERTIES LABELS gpu SKIP_RETURN_CODE 4 TIMEOUT 600)
 
 # Result files: write (atomically), refuse to overwrite, export, compare.
 add_test(NAME cli_results_roundtrip COMMAND bash -c "
@@ -100,6 +104,12 @@ pb_test(bad_input_filter_matches_nothing ${EXPECT} 2 "matches no case" -- ${PB} 
 pb_test(bad_input_bad_regex ${EXPECT} 2 "regular expression" -- ${PB} list -f "(" ${TD}/good_tiny.json)
 pb_test(bad_input_axis_unknown ${EXPECT} 2 "rnak" -- ${PB} list -a rnak=3 ${TD}/good_tiny.json)
 pb_test(bad_input_backend ${EXPECT} 2 - -- ${PB} check --backend tpu ${TD}/good_tiny.json)
+# --kernel: an unknown kind names the ones expected; the cpu backend has no kernels to choose.
+pb_test(bad_input_kernel_kind ${EXPECT} 2 "unknown shrink kernel 'fused_xx' [(]expected one of auto, legacy" --
+        ${PB} check --backend cpu --kernel shrink=fused_xx ${TD}/good_tiny.json)
+pb_test(bad_input_kernel_op ${EXPECT} 2 "expected shrink=KIND or expand=KIND" -- ${PB} check --backend cpu --kernel linear=pipe ${TD}/good_tiny.json)
+pb_test(bad_input_kernel_cpu ${EXPECT} 2 "the cpu backend has no kernels to choose" --
+        ${PB} check --backend cpu --kernel expand=pipe ${TD}/good_tiny.json)
 pb_test(bad_input_output_exists ${EXPECT} 2 "already exists" -- ${PB} check --backend cpu -o ${CMAKE_SOURCE_DIR}/README.md ${TD}/good_tiny.json)
 pb_test(bad_input_no_result_written ${EXPECT} 0 - -- bash -c "! ls ${TMPD}/never_*.json 2>/dev/null")
 set_tests_properties(bad_input_no_result_written PROPERTIES DEPENDS "bad_input_not_json;bad_input_unknown_key;bad_input_truncated")

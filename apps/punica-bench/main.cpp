@@ -44,6 +44,7 @@ struct CommonOpts {
   bool nan_padding = false;
   bool exact = false;
   bool no_baselines = false;
+  std::vector<std::string> kernels;  // --kernel OP=KIND
   std::string inject_fault;
 };
 
@@ -103,6 +104,18 @@ void add_common(CLI::App* sc, CommonOpts& o, bool running) {
   sc->add_flag("--dump-all", o.dump_all, "With --dump: dump every case, not only failing ones");
   sc->add_flag("--nan-padding", o.nan_padding, "Fill A/B beyond each adapter's true rank with NaN");
   sc->add_flag("--exact", o.exact, "Small-integer inputs, so that any mismatch is a real bug");
+  sc->add_option("--kernel", o.kernels,
+                 "shrink=KIND or expand=KIND: that kernel for every lora_shrink / lora_expand call (the ops and "
+                 "the fully sharded layers) instead of the automatic choice, to rank kernels under this tool's "
+                 "checks and timing (--backend cuda; recorded as run.options.kernels). Shrink: " +
+                     [] {
+                       std::string v;
+                       for (auto& n : shrink_kernel_names()) v += (v.empty() ? "" : ", ") + n;
+                       return v;
+                     }() +
+                     "; expand: auto, staged, stream, pipe. A kind that cannot take a shape falls back to a "
+                     "more general one; repeatable")
+      ->allow_extra_args(false);
   sc->add_option("--inject-fault", o.inject_fault, "Test only: RANK:throw|hang")->group("");
 }
 
@@ -161,6 +174,7 @@ int cmd_info() {
 int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::string>& argv) {
   std::vector<Scenario> scen;
   auto cases = select_cases(o, scen);  // bad input fails before any rank starts work
+  const KernelChoice kchoice = parse_kernel_choice(o.kernels);
   bool mpi = Dist::launched_by_mpirun();
   int argc = 0;
   char** av = nullptr;
@@ -179,6 +193,10 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
   } else {
     be = make_cpu_backend(&dist);
   }
+  be->set_kernel_choice(kchoice);  // a usage error on the cpu backend when a kernel is named
+  if (kchoice.any() && root && !o.quiet)
+    std::fprintf(stderr, "# --kernel: lora_shrink %s, lora_expand %s (not the automatic choice)\n",
+                 shrink_kernel_name(kchoice.shrink).c_str(), expand_kernel_name(kchoice.expand).c_str());
   RunOptions ro;
   ro.timing = timing;
   ro.iters = o.iters;
@@ -197,6 +215,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
     std::string pre = "punica-bench " + std::string(timing ? "run" : "check") + " --backend " + backend;
     for (auto& f : o.files) pre += " " + f;
     for (auto& a : o.axes) pre += " -a '" + a + "'";
+    for (auto& k : o.kernels) pre += " --kernel " + k;
     if (o.seed >= 0) pre += " --seed " + std::to_string(o.seed);
     if (dist.size() > 1) pre = "mpirun -np " + std::to_string(dist.size()) + " " + pre;
     ro.repro_prefix = pre;
@@ -209,7 +228,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
                 {"launcher", mpi ? "mpirun" : "single"}, {"mpi", dist.mpi_version()},
                 {"options", {{"iters", o.iters}, {"warmup", o.warmup}, {"timing", timing}, {"sample_rows", o.sample_rows},
                              {"nan_padding", o.nan_padding}, {"exact", o.exact}, {"seed", o.seed},
-                             {"axis_overrides", o.axes}, {"filter", o.filter}}}};
+                             {"axis_overrides", o.axes}, {"filter", o.filter}, {"kernels", kchoice.to_json()}}}};
   nlohmann::json sj = nlohmann::json::array();
   for (auto& s : scen) sj.push_back({{"path", s.path}, {"name", s.name}});
   doc["run"]["scenarios"] = sj;
@@ -349,6 +368,12 @@ int main(int argc, char** argv) {
       for (const auto& f : tgt_in) docs.push_back(load_result(f));
       const TargetsReport rep = evaluate_targets(docs, tgt_names, tgt_missed);
       std::cout << rep.text;
+      for (std::size_t i = 0; i < docs.size(); ++i) {  // the targets are the automatic choice's
+        const auto& k = docs[i]["run"]["options"]["kernels"];
+        if (k.is_object() && (k.value("lora_shrink", "auto") != "auto" || k.value("lora_expand", "auto") != "auto"))
+          std::cout << "# note: " << tgt_in[i] << " times fixed kernels (--kernel " << k.dump()
+                    << "), not the automatic choice the targets are about\n";
+      }
       if (!tgt_json.empty()) write_json_atomic(tgt_json, rep.doc, tgt_overwrite);
       return tgt_strict && rep.met < rep.cases ? 3 : 0;
     }

@@ -310,6 +310,14 @@ CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, 
   }
   o << "# matched " << rep.matched << ", regressions " << rep.regressions << ", improvements " << rep.improvements
     << " (threshold " << threshold_pct << "%)\n";
+  // Files from `--kernel` runs time fixed kernels: say so where the two files differ in that.
+  const auto ka = json_at(a, {"run", "options", "kernels"}), kb = json_at(b, {"run", "options", "kernels"});
+  const nlohmann::json autos = {{"lora_shrink", "auto"}, {"lora_expand", "auto"}};
+  const nlohmann::json na = ka.is_object() ? ka : autos, nb = kb.is_object() ? kb : autos;
+  if (na != nb) {
+    rep.kernels_differ = true;
+    o << "# note: the files time different kernels (--kernel): A " << na.dump() << ", B " << nb.dump() << "\n";
+  }
   rep.text = o.str();
   return rep;
 }

@@ -34,6 +34,7 @@ std::string export_gha(const nlohmann::json& doc, bool time);
 struct CompareReport {
   std::string text;
   int regressions = 0, improvements = 0, matched = 0;
+  bool kernels_differ = false;  // run.options.kernels differ (a file without them counts as automatic)
 };
 // Cases matched by id; a regression = B's median time more than threshold_pct slower than A's,
 // or a case that passed in A and fails in B.

@@ -333,7 +333,7 @@ inline bool use_decode_kernel(int64_t T, int S, int max_rank, int max_loras) {
   const int64_t cols = int64_t(S) * max_rank;
   return !(cols >= 192 || (cols >= 64 && T >= 8 * int64_t(max_loras)));
 }
-// The warp-k tile inside the decode kernel's band (65 <= T <= 128), taken ahead of it, for the
+// The warp-k tile inside the decode kernel's band (64 <= T <= 128), taken ahead of it, for the
 // adapters auto_wk's mid-batch rule serves (>= 32 planned adapters, 3-4 column groups) once they
 // average enough tokens each that the decode kernel's per-token reads of A repeat: >= 3 per
 // adapter with 4 groups (one slice r=64), >= 4 with 3 (qkv r=16). Measured on the H200 (bench A/B by

@@ -10,6 +10,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "kernels/common/dtype.h"
+#include "kernels/common/error.h"
 #include "kernels/lora_meta/lora_meta.h"
 #include "kernels/lora_shrink/lora_shrink.h"
 #include "kernels/lora_expand/lora_expand.h"
@@ -17,6 +18,7 @@
 #include "kernels/add_lora_embedding/add_lora_embedding.h"
 #include "kernels/add_lora_logits/add_lora_logits.h"
 #include "kernels/apply_lora_full_linear/apply_lora_full_linear.h"
+#include "apps/punica-bench/backend/kernel_choice.h"
 
 namespace punica::bench {
 
@@ -61,6 +63,11 @@ class Backend {
 
   // ---- the ops (asynchronous on the backend's stream) ----
   virtual void lora_meta(const kernels::LoraMetaArgs& a) = 0;
+  // `--kernel`: a fixed kernel for every lora_shrink / lora_expand call after this one (the ops and
+  // the fully sharded layers' shrink / expand); only the CUDA backend has kernels to choose from.
+  virtual void set_kernel_choice(const KernelChoice& c) {
+    PUNICA_REQUIRE(!c.any(), ErrorKind::usage, "--kernel: the " + name() + " backend has no kernels to choose (use --backend cuda)");
+  }
   virtual void lora_shrink(const kernels::LoraShrinkArgs& a) = 0;
   virtual void lora_expand(const kernels::LoraExpandArgs& a) = 0;
   virtual void add_lora_linear(const kernels::AddLoraLinearArgs& a) = 0;

@@ -176,8 +176,19 @@ class CudaBackend final : public Backend {
   void synchronize() override { PUNICA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void lora_meta(const kernels::LoraMetaArgs& a) override { kernels::launch_lora_meta(a, stream_); }
-  void lora_shrink(const kernels::LoraShrinkArgs& a) override { kernels::launch_lora_shrink(a, stream_); }
-  void lora_expand(const kernels::LoraExpandArgs& a) override { kernels::launch_lora_expand(a, stream_); }
+  void set_kernel_choice(const KernelChoice& c) override { choice_ = c; }
+  void lora_shrink(const kernels::LoraShrinkArgs& a) override {
+    if (choice_.shrink != kernels::detail::ShrinkKernel::automatic)
+      kernels::detail::launch_lora_shrink_with(a, choice_.shrink, stream_);
+    else
+      kernels::launch_lora_shrink(a, stream_);
+  }
+  void lora_expand(const kernels::LoraExpandArgs& a) override {
+    if (choice_.expand != kernels::detail::ExpandPrefillKernel::automatic)
+      kernels::detail::launch_lora_expand_with(a, choice_.expand, stream_);
+    else
+      kernels::launch_lora_expand(a, stream_);
+  }
   void add_lora_linear(const kernels::AddLoraLinearArgs& a) override {
     kernels::launch_add_lora_linear(a, stream_);
   }
@@ -425,6 +436,7 @@ class CudaBackend final : public Backend {
 
   const Dist* dist_;
   int device_ = 0;
+  KernelChoice choice_;  // --kernel (automatic unless given)
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   kernels::DeviceBuffer workspace_;

@@ -1,0 +1,38 @@
+// `--kernel OP=KIND` (check and run): a fixed kernel for the standalone lora_shrink / lora_expand
+// ops instead of the automatic choice, so that kernel kinds can be ranked under the bench's own
+// checking and timing (rotated inputs, cold and back to back, the floor) rather than in the perf
+// tests, whose graphs repeat one set of inputs (results/NOTES.md v34 part 1: there the two rankings
+// differed). add_lora_linear and the layers keep their own paths. The names are those of
+// kernels::detail::ShrinkKernel and ExpandPrefillKernel; a kind that cannot take a shape falls back
+// as launch_lora_shrink_with / launch_lora_expand_with document (an explicit expand kind also runs
+// at decode sizes, where the automatic choice takes the decode kernels).
+#pragma once
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "kernels/lora_expand/lora_expand_internal.h"
+#include "kernels/lora_shrink/lora_shrink_internal.h"
+
+namespace punica::bench {
+
+struct KernelChoice {
+  kernels::detail::ShrinkKernel shrink = kernels::detail::ShrinkKernel::automatic;
+  kernels::detail::ExpandPrefillKernel expand = kernels::detail::ExpandPrefillKernel::automatic;
+  bool any() const {
+    return shrink != kernels::detail::ShrinkKernel::automatic || expand != kernels::detail::ExpandPrefillKernel::automatic;
+  }
+  // {"lora_shrink": name, "lora_expand": name} (the result JSON's run.options.kernels)
+  nlohmann::json to_json() const;
+};
+
+// Every name `--kernel shrink=` / `expand=` accepts, "auto" first.
+const std::vector<std::string>& shrink_kernel_names();
+const std::vector<std::string>& expand_kernel_names();
+std::string shrink_kernel_name(kernels::detail::ShrinkKernel k);
+std::string expand_kernel_name(kernels::detail::ExpandPrefillKernel k);
+
+// Parses "shrink=KIND" / "expand=KIND" (each op at most once); a bad spec throws a usage Error that
+// names the spec and the values expected.
+KernelChoice parse_kernel_choice(const std::vector<std::string>& specs);
+
+}  // namespace punica::bench
