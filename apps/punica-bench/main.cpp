@@ -113,8 +113,10 @@ void add_common(CLI::App* sc, CommonOpts& o, bool running) {
                        for (auto& n : shrink_kernel_names()) v += (v.empty() ? "" : ", ") + n;
                        return v;
                      }() +
-                     "; expand: auto, staged, stream, pipe. A kind that cannot take a shape falls back to a "
-                     "more general one; repeatable")
+                     "; expand: auto, staged, stream, pipe. A named kind runs in its general configuration "
+                     "(the automatic choice also picks small-batch tile heights, e.g. the expand's 16- and 32-row "
+                     "tiles, so auto can beat every named kind); one that cannot take a shape falls back to a more "
+                     "general one; repeatable")
       ->allow_extra_args(false);
   sc->add_option("--inject-fault", o.inject_fault, "Test only: RANK:throw|hang")->group("");
 }
