@@ -160,11 +160,11 @@ inline bool prefer_stream(int64_t T, int max_rank) { return T <= kStreamMaxToken
 // results/NOTES.md v34 part 1): qkv r=64 T=16 / 24 / 32 / 48 0.80 / 0.88 / 0.88 / 0.88 (T=16:
 // 4.07 -> 3.28 us), one slice r=64 H=4096 0.89-0.95, H=8192 0.89-0.91 to T=32 and 1.01 at T=48;
 // cold 0.92-0.98; add_lora_linear T=16 / 24 (its small-batch path calls this expand) 0.87-0.95. Not
-// at T=64 (1.04-1.17), nor with 8 adapters (T=16 / 64 1.19-1.56; qkv T=256 0.92 but T=96-192
+// at T=64 (1.04-1.17), nor with 8 adapters (T=16 / 64 1.03-1.56; qkv T=256 0.92 but T=96-192
 // 1.08-1.22), nor below 16 tokens (the decode kernel's region: T=1-4 up to 2x slower).
 // It counts slots (max_loras), not the caller's num_active_loras: the pipelined grid has a row of
 // blocks per slot (ceil(T / 64) + max_loras + 1 rows), and one adapter hinted in 32 slots measured
-// 0.75-0.88 for qkv but 1.06-1.10 for one slice at T=16 / 32 (bench_sparse_slots, same A/B).
+// 0.75-0.88 for qkv but up to 1.10 for one slice (T=16 1.08-1.10; bench_sparse_slots, same A/B).
 constexpr int64_t kOnePipeMinTokens = 16, kOnePipeMaxTokens = 48;
 inline bool one_adapter_pipe(int64_t T, int max_rank, int64_t max_loras) {
   return max_loras == 1 && max_rank > 16 && max_rank <= 64 && T >= kOnePipeMinTokens && T <= kOnePipeMaxTokens;
