@@ -17,7 +17,7 @@
 #                                        slower host took quick + bench + full alone to ~590 s, and
 #                                        the microbench was cut at the 600 s limit
 #   scripts/standing_check.sh OUTDIR m   the microbench alone (m.tgz, ~80 s)
-#   scripts/standing_check.sh OUTDIR fm  full + the microbench (f.tgz, m.tgz; ~330 s): after part q, part
+#   scripts/standing_check.sh OUTDIR fm  full + the microbench (f.tgz, m.tgz; 376 s in NOTES v34): after part q, part
 #                                        s's work in two calls with room under the limit (s alone is ~590 s)
 #   scripts/standing_check.sh OUTDIR q   part a's quick + bench alone (q.tgz, ~190 s), for a call with
 #                                        too little device time left for part a; install with
