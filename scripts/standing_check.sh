@@ -31,8 +31,8 @@
 # Back here, scripts/install_results.py DIR [DIR...] checks them and puts them under results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: standing_check.sh OUTDIR a|b|s|m|q|x|x70|x8}
-PART=${2:?usage: standing_check.sh OUTDIR a|b|s|m|q|x|x70|x8}
+OUT=${1:?usage: standing_check.sh OUTDIR a|b|s|m|fm|q|x|x70|x8}
+PART=${2:?usage: standing_check.sh OUTDIR a|b|s|m|fm|q|x|x70|x8}
 mkdir -p "$OUT" || exit 2
 export NCCL_NVLS_ENABLE=0
 t0=$(date +%s)

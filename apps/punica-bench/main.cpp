@@ -107,13 +107,8 @@ void add_common(CLI::App* sc, CommonOpts& o, bool running) {
   sc->add_option("--kernel", o.kernels,
                  "shrink=KIND or expand=KIND: that kernel for every lora_shrink / lora_expand call (the ops and "
                  "the fully sharded layers) instead of the automatic choice, to rank kernels under this tool's "
-                 "checks and timing (--backend cuda; recorded as run.options.kernels). Shrink: " +
-                     [] {
-                       std::string v;
-                       for (auto& n : shrink_kernel_names()) v += (v.empty() ? "" : ", ") + n;
-                       return v;
-                     }() +
-                     "; expand: auto, staged, stream, pipe. A named kind runs in its general configuration "
+                 "checks and timing (--backend cuda; recorded as run.options.kernels). " +
+                     kernel_kinds_text() + ". A named kind runs in its general configuration "
                      "(the automatic choice also picks small-batch tile heights, e.g. the expand's 16- and 32-row "
                      "tiles, so auto can beat every named kind); one that cannot take a shape falls back to a more "
                      "general one; repeatable")
@@ -370,12 +365,10 @@ int main(int argc, char** argv) {
       for (const auto& f : tgt_in) docs.push_back(load_result(f));
       const TargetsReport rep = evaluate_targets(docs, tgt_names, tgt_missed);
       std::cout << rep.text;
-      for (std::size_t i = 0; i < docs.size(); ++i) {  // the targets are the automatic choice's
-        const auto& k = docs[i]["run"]["options"]["kernels"];
-        if (k.is_object() && (k.value("lora_shrink", "auto") != "auto" || k.value("lora_expand", "auto") != "auto"))
-          std::cout << "# note: " << tgt_in[i] << " times fixed kernels (--kernel " << k.dump()
+      for (std::size_t i = 0; i < docs.size(); ++i)  // the targets are the automatic choice's
+        if (result_times_fixed_kernels(docs[i]))
+          std::cout << "# note: " << tgt_in[i] << " times fixed kernels (--kernel " << result_kernels(docs[i]).dump()
                     << "), not the automatic choice the targets are about\n";
-      }
       if (!tgt_json.empty()) write_json_atomic(tgt_json, rep.doc, tgt_overwrite);
       return tgt_strict && rep.met < rep.cases ? 3 : 0;
     }

@@ -1,5 +1,6 @@
 // Result document, table, exporters and compare (see report.h).
 #include "apps/punica-bench/report.h"
+#include "apps/punica-bench/backend/kernel_choice.h"
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -311,9 +312,7 @@ CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, 
   o << "# matched " << rep.matched << ", regressions " << rep.regressions << ", improvements " << rep.improvements
     << " (threshold " << threshold_pct << "%)\n";
   // Files from `--kernel` runs time fixed kernels: say so where the two files differ in that.
-  const auto ka = json_at(a, {"run", "options", "kernels"}), kb = json_at(b, {"run", "options", "kernels"});
-  const nlohmann::json autos = {{"lora_shrink", "auto"}, {"lora_expand", "auto"}};
-  const nlohmann::json na = ka.is_object() ? ka : autos, nb = kb.is_object() ? kb : autos;
+  const nlohmann::json na = result_kernels(a), nb = result_kernels(b);
   if (na != nb) {
     rep.kernels_differ = true;
     o << "# note: the files time different kernels (--kernel): A " << na.dump() << ", B " << nb.dump() << "\n";

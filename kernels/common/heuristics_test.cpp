@@ -493,9 +493,6 @@ TEST(ExpandPipeRouting, Preconditions) {
   EXPECT_TRUE(refused([](LoraExpandArgs& a) { a.num_tokens = 64 * 65535; }));  // grid y extent
 }
 
-// The expand's token rows per block on a 132-SM device: 64 until the grid stays under 4 blocks per
-// SM (2 with one adapter), then 32, then 16 (16 only up to 128 tokens). The first four shapes are
-// lora_expand_test's SmallTokenTiles (its comments say which tile height each reaches).
 // One adapter at 16-48 tokens above rank 16: the pipelined kernel, not the streaming one
 // (expand_heur::one_adapter_pipe, NOTES v34 part 1).
 TEST(ExpandHeuristics, OneAdapterPipe) {
@@ -513,6 +510,9 @@ TEST(ExpandHeuristics, OneAdapterPipe) {
   EXPECT_FALSE(expand_heur::one_adapter_pipe(32, 64, 32));  // slots, whatever num_active_loras says
 }
 
+// The expand's token rows per block on a 132-SM device: 64 until the grid stays under 4 blocks per
+// SM (2 with one adapter), then 32, then 16 (16 only up to 128 tokens). The first four shapes are
+// lora_expand_test's SmallTokenTiles (its comments say which tile height each reaches).
 TEST(ExpandHeuristics, SmallTokenTiles) {
   using expand_heur::small_bm;
   EXPECT_EQ(small_bm(64, 1, 8, 132), 16);     // T=64, one 1024-column slice

@@ -49,6 +49,9 @@ const std::vector<std::string>& expand_kernel_names() {
   static const std::vector<std::string> v = names_of(expand_table());
   return v;
 }
+std::string kernel_kinds_text() {
+  return "shrink: " + join(shrink_kernel_names()) + "; expand: " + join(expand_kernel_names());
+}
 std::string shrink_kernel_name(SK k) { return name_of(shrink_table(), k); }
 std::string expand_kernel_name(EK k) { return name_of(expand_table(), k); }
 
@@ -83,5 +86,18 @@ KernelChoice parse_kernel_choice(const std::vector<std::string>& specs) {
   }
   return c;
 }
+
+nlohmann::json result_kernels(const nlohmann::json& result) {
+  const auto run = result.find("run");
+  if (run != result.end() && run->is_object()) {
+    const auto opts = run->find("options");
+    if (opts != run->end() && opts->is_object()) {
+      const auto k = opts->find("kernels");
+      if (k != opts->end() && k->is_object()) return *k;
+    }
+  }
+  return KernelChoice{}.to_json();
+}
+bool result_times_fixed_kernels(const nlohmann::json& result) { return result_kernels(result) != KernelChoice{}.to_json(); }
 
 }  // namespace punica::bench

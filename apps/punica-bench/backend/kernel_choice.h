@@ -31,11 +31,18 @@ struct KernelChoice {
 // Every name `--kernel shrink=` / `expand=` accepts, "auto" first.
 const std::vector<std::string>& shrink_kernel_names();
 const std::vector<std::string>& expand_kernel_names();
+// "shrink: auto, legacy, ...; expand: auto, staged, stream, pipe" (`--help`)
+std::string kernel_kinds_text();
 std::string shrink_kernel_name(kernels::detail::ShrinkKernel k);
 std::string expand_kernel_name(kernels::detail::ExpandPrefillKernel k);
 
 // Parses "shrink=KIND" / "expand=KIND" (each op at most once); a bad spec throws a usage Error that
 // names the spec and the values expected.
 KernelChoice parse_kernel_choice(const std::vector<std::string>& specs);
+
+// A result file's run.options.kernels, automatic for both ops where the file has none (files from
+// before `--kernel`), and whether it names a fixed kernel (compare and targets say so).
+nlohmann::json result_kernels(const nlohmann::json& result);
+bool result_times_fixed_kernels(const nlohmann::json& result);
 
 }  // namespace punica::bench

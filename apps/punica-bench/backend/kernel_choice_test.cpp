@@ -39,6 +39,21 @@ TEST(KernelChoice, EveryNameRoundTrips) {
   EXPECT_EQ(both.to_json(), nlohmann::json({{"lora_shrink", "fused_wk"}, {"lora_expand", "pipe"}}));
 }
 
+TEST(KernelChoice, ResultFiles) {
+  nlohmann::json old = {{"run", {{"options", {{"iters", 30}}}}}};  // before --kernel: automatic
+  EXPECT_EQ(result_kernels(old), KernelChoice{}.to_json());
+  EXPECT_FALSE(result_times_fixed_kernels(old));
+  EXPECT_FALSE(result_times_fixed_kernels(nlohmann::json::object()));
+  nlohmann::json forced = old;
+  forced["run"]["options"]["kernels"] = parse_kernel_choice({"expand=stream"}).to_json();
+  EXPECT_TRUE(result_times_fixed_kernels(forced));
+  EXPECT_EQ(result_kernels(forced)["lora_expand"], "stream");
+  forced["run"]["options"]["kernels"] = KernelChoice{}.to_json();
+  EXPECT_FALSE(result_times_fixed_kernels(forced));
+  EXPECT_EQ(kernel_kinds_text().rfind("shrink: auto, legacy, fused, ", 0), 0u) << kernel_kinds_text();
+  EXPECT_NE(kernel_kinds_text().find("; expand: auto, staged, stream, pipe"), std::string::npos) << kernel_kinds_text();
+}
+
 void expect_usage(const std::vector<std::string>& specs, const std::string& needle) {
   try {
     parse_kernel_choice(specs);
