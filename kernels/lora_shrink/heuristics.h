@@ -185,6 +185,25 @@ inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
   return T >= 4096;
 }
 
+// The wgmma tile for N = 48 (qkv r=16) and N = 64 (one slice r=64, mixed ranks up to 64) between
+// auto_wg's ranges, in a standalone lora_shrink only: N = 64 from 1025 to 3072 tokens, N = 48 from
+// 1536 to 4095, each with at least 256 tokens per adapter. Found by ranking every kernel kind under
+// the bench's own timing (`--kernel`, scripts/kernel_sweep_device.sh, results/NOTES.md v35 parts 1-2;
+// the perf tests of NOTES v10 had put N = 48 behind at T=2048): bench A/B of one binary with the
+// bounds as knobs (H200, back to back / cold against the kernel taken before): one slice r=64 1 or 8
+// adapters H=4096 T=1536-4096 0.87-0.96 / 0.88-0.96, H=8192 T=1536-3072 0.85-0.95 / 0.86-0.99 but
+// not T=4096 (0.99-1.03); qkv r=16 T=1536-3072 0.85-0.98 / 0.87-1.00; mixed ranks 8/16/64 one slice
+// T=2048-4096 0.88-0.91. Not inside add_lora_linear, whose chain did not gain (0.96-1.06 over the
+// same shapes, the shrink's tail overlapped by the expand).
+constexpr int64_t kWgBand64MaxTokens = 3072, kWgBand48MinTokens = 1536;
+inline bool auto_wg_band(int64_t T, int S, int max_rank, int64_t max_loras) {
+  const int n = wg_columns(S, max_rank);
+  if (T < 256 * std::max<int64_t>(1, max_loras)) return false;
+  if (n == 64) return T > kWgMidMaxTokens && T <= kWgBand64MaxTokens;
+  if (n == 48) return T >= kWgBand48MinTokens && T < 4096;
+  return false;
+}
+
 struct FusedConfig {
   int bm = kFusedBM, ngw = 1, stages = 4, ksplit = 1, ktiles_per_split = 1;
   bool wk = false;

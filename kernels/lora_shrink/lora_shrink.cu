@@ -1082,6 +1082,8 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
       (kind == K::small_cluster && H::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, lh));
   if (want_cluster && detail::shrink_cluster_ok(a)) return detail::launch_shrink_cluster(a, stream);
   // Not the cluster tile (for `cluster`: a shape the tile does not take): automatic's other kernels.
+  // add_lora_linear calls with small_cluster: a standalone shrink is the automatic kind itself
+  const bool standalone = kind == K::automatic;
   if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
   const ShrinkParams p = make_params(a);
   const bool vec = shrink_vec_ok(a, p);
@@ -1098,7 +1100,9 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   const bool as_auto = kind == K::automatic || kind == K::fused_wk || kind == K::fused_wg;
   const bool wg = fused_ok && detail::wgmma_available() &&
                   (kind == K::fused_wg ||
-                   (kind == K::automatic && H::auto_wg(a.num_tokens, a.num_slices, a.max_rank, lh)));
+                   (kind == K::automatic && (H::auto_wg(a.num_tokens, a.num_slices, a.max_rank, lh) ||
+                                             (standalone && H::auto_wg_band(a.num_tokens, a.num_slices,
+                                                                            a.max_rank, lh)))));
   const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk || kind == K::fused_wk ||
                           kind == K::fused_wg || wg ||
                           (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, lh));
