@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare the variants of a bench A/B (scripts/ab_bench_device.sh) round by round.
 
-    scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--cases REGEX] [--json FILE]
+    scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--cases REGEX] [--best MARGIN] [--json FILE]
 
     scripts/ab_compare.py --pair OLD NEW [--top N] [--cases REGEX] [--json FILE]
 
@@ -13,6 +13,9 @@ time (`timing.time_us.median`) and of the back-to-back time (`timing.batch_time_
 for each NEW against BASE: the ratio NEW / BASE per (op, tokens) group (median, min, max; back to back
 and cold), and the N cases with the lowest and the highest back-to-back ratio. --cases REGEX also
 lists every case whose id the regular expression matches (Python `re.search`), in id order.
+--best MARGIN (e.g. 0.05) ends with the cases where some NEW beats BASE by at least that fraction back
+to back or cold, each with its fastest variant both ways (the other way's ratio beside it): the table
+a kernel sweep (scripts/kernel_sweep_device.sh, BASE `auto`) is read from.
 
 Exit status: 0; 2 on bad input (no such folder, a variant without result files, a file that is not
 a punica-bench result); 3 when a case did not pass its correctness check in some round of some
@@ -117,6 +120,39 @@ def span(xs):
     return "%.3f [%.3f..%.3f]" % (statistics.median(xs), min(xs), max(xs))
 
 
+def best_table(base, base_name, variants, margin):
+    """Print and return the cases where a variant's ratio to BASE is <= 1 - margin either way."""
+    by_variant = {name: {r["id"]: r for r in v["cases"]} for name, v in variants.items()}
+    lim = 1.0 - margin
+    hits = []
+    for cid in sorted(base, key=lambda c: (base[c]["op"], base[c]["tokens"], c)):
+        fastest = {}
+        for key in ("b2b_ratio", "cold_ratio"):
+            cands = [(rows[cid][key], name) for name, rows in by_variant.items()
+                     if cid in rows and rows[cid][key] is not None]
+            fastest[key] = min(cands) if cands else None
+        if any(f is not None and f[0] <= lim for f in fastest.values()):
+            row = {"id": cid, "op": base[cid]["op"], "tokens": base[cid]["tokens"],
+                   "b2b_base": med(base[cid]["b2b"]), "cold_base": med(base[cid]["cold"])}
+            for key, what in (("b2b_ratio", "b2b"), ("cold_ratio", "cold")):
+                if fastest[key] is not None:
+                    other = "cold_ratio" if key == "b2b_ratio" else "b2b_ratio"
+                    r, name = fastest[key]
+                    row["best_" + what] = {"variant": name, "ratio": r, "other_ratio": by_variant[name][cid][other]}
+            hits.append(row)
+    print(f"== cases where a variant beats {base_name} by >= {margin * 100:g}% ({len(hits)} of {len(base)}): "
+          f"fastest back to back (its cold ratio), fastest cold (its back-to-back ratio), {base_name}'s us")
+    f3 = lambda v: "%.3f" % v if v is not None else "-"
+    f2 = lambda v: "%.2f" % v if v is not None else "-"
+    for h in hits:
+        cols = []
+        for what in ("b2b", "cold"):
+            b = h.get("best_" + what)
+            cols.append("%-12s %s (%s)" % (b["variant"], f3(b["ratio"]), f3(b["other_ratio"])) if b else "-")
+        print("   %-26s %-26s %8s / %8s us  %s" % (cols[0], cols[1], f2(h["b2b_base"]), f2(h["cold_base"]), label(h["id"])))
+    return hits
+
+
 def main():
     ap = argparse.ArgumentParser(description="Compare the variants of a bench A/B round by round.")
     ap.add_argument("dir", nargs="?", help="folder with <variant>_<round>.json (or its parent holding bench_ab/)")
@@ -126,10 +162,15 @@ def main():
                     help="compare two result files (.json or .json.gz) instead of a folder's variants")
     ap.add_argument("--top", type=int, default=8, help="cases listed at each end (default 8)")
     ap.add_argument("--cases", metavar="REGEX", help="also list every case whose id matches (re.search)")
+    ap.add_argument("--best", type=float, metavar="MARGIN",
+                    help="also list the cases where some variant beats BASE by at least MARGIN (0.05: 5%%), "
+                         "with the fastest variant back to back and cold")
     ap.add_argument("--json", help="also write the per-case ratios to this file (atomically)")
     a = ap.parse_args()
     if a.top < 0:
         fail("--top: expected a count >= 0")
+    if a.best is not None and not 0 <= a.best < 1:
+        fail(f"--best: expected a fraction in [0, 1), not {a.best:g}")
     try:
         sel = re.compile(a.cases) if a.cases is not None else None
     except re.error as e:
@@ -192,6 +233,8 @@ def main():
                 print("   %s %s %8s -> %8s us  %s" % (f3(r["b2b_ratio"]), f3(r["cold_ratio"]), f2(r["b2b_base"]),
                                                      f2(r["b2b_new"]), label(r["id"])))
         out["variants"][name] = {"rounds": rounds, "missing": missing, "cases": rows}
+    if a.best is not None:
+        out["best"] = best_table(base, a.base, out["variants"], a.best)
     if a.json:
         dst = os.path.abspath(a.json)
         fd, tmp = tempfile.mkstemp(prefix=".ab_compare.", dir=os.path.dirname(dst))

@@ -56,6 +56,20 @@ with tempfile.TemporaryDirectory() as root:
     check(rc == 0 and "cases matching --cases (1)" in out, f"--cases: one match (got {rc}): {out}")
     check("1.250 1.250     8.00 ->    10.00 us  s/lora_shrink" in out, "--cases lists y's ratios and times: " + out)
     check("s/lora_expand" not in out, "--cases leaves x out (and --top 0 lists no ends): " + out)
+    # --best: x beats main by 50% / 20% (new), y by none; a second variant faster cold only on y
+    write(d, "cold_1.json", [case(x, "lora_expand", 64, 9, 4.4), case(y, "lora_shrink", 256, 15, 8.8)])
+    rc, out = run(root, "main", "new", "cold", "--top", "0", "--best", "0.1", "--json", os.path.join(root, "best.json"))
+    check(rc == 0 and "(2 of 2)" in out, f"--best 0.1: both cases listed (got {rc}): {out}")
+    check("new          0.500 (0.800) new          0.800 (0.500)" in out, "--best: x's fastest is new both ways: " + out)
+    check("cold         1.100 (0.750) cold         0.750 (1.100)" in out, "--best: y's fastest is cold both ways: " + out)
+    with open(os.path.join(root, "best.json")) as f:
+        best = {r["id"]: r for r in json.load(f)["best"]}
+    check(best[y]["best_cold"]["variant"] == "cold" and abs(best[y]["best_cold"]["ratio"] - 0.75) < 1e-9,
+          "--best JSON: y's fastest cold variant and ratio")
+    rc, out = run(root, "main", "new", "--top", "0", "--best", "0.3")
+    check(rc == 0 and "(1 of 2)" in out and "s/lora_shrink" not in out, f"--best 0.3: x only (got {rc}): {out}")
+    rc, out = run(root, "main", "new", "--best", "1.5")
+    check(rc == 2 and "--best: expected a fraction" in out, f"--best 1.5: exit 2 (got {rc}): {out}")
     rc, out = run(root, "main", "new", "--cases", "(")
     check(rc == 2 and "--cases: not a regular expression" in out, f"bad --cases: exit 2 (got {rc}): {out}")
 

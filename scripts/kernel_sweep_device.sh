@@ -6,7 +6,8 @@
 # selects, the kinds interleaved in each of REPS rounds (scripts/ab_bench_device.sh, which this
 # calls with the same SCENARIO / RUN_ARGS / STEP_TIMEOUT / DEADLINE environment), the result JSONs
 # in OUTDIR/bench_ab.tgz. Back here, unpacked:
-#   scripts/ab_compare.py DIR auto KIND [KIND...]   (each kind's time over the automatic choice's)
+#   scripts/ab_compare.py DIR auto KIND [KIND...] --best 0.05   (each kind's time over the automatic
+#   choice's; --best: the cases where a kind is >= 5% faster, with the fastest kind both ways)
 # A named kind runs in its general configuration (README `--kernel`), so `auto` can beat them all.
 #   scripts/kernel_sweep_device.sh OUTDIR FILTER REPS shrink|expand KIND [KIND...]
 # e.g. scripts/kernel_sweep_device.sh OUT 'lora_shrink/.*ranks=64' 2 shrink auto fused fused_sk fused_wk fused_wg

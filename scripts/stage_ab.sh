@@ -32,5 +32,5 @@ for spec in "$@"; do
   echo "$name $sha" >> .carry/ab/refs.txt
 done
 strip .carry/ab/bin/* || true
-XZ_OPT=${XZ_OPT:--6 -T0} tar -C .carry/ab -cJf .carry/ab-bin.txz bin refs.txt && rm -rf .carry/ab
+XZ_OPT=${XZ_OPT:--9 -T0} tar -C .carry/ab -cJf .carry/ab-bin.txz bin refs.txt && rm -rf .carry/ab
 du -sh .carry/ab-bin.txz
