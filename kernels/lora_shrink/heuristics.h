@@ -189,12 +189,14 @@ inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
 // auto_wg's ranges, in a standalone lora_shrink only: N = 64 from 1025 to 3072 tokens, N = 48 from
 // 1536 to 4095, each with at least 256 tokens per adapter. Found by ranking every kernel kind under
 // the bench's own timing (`--kernel`, scripts/kernel_sweep_device.sh, results/NOTES.md v35 parts 1-2;
-// the perf tests of NOTES v10 had put N = 48 behind at T=2048): bench A/B of one binary with the
-// bounds as knobs (H200, back to back / cold against the kernel taken before): one slice r=64 1 or 8
-// adapters H=4096 T=1536-4096 0.87-0.96 / 0.88-0.96, H=8192 T=1536-3072 0.85-0.95 / 0.86-0.99 but
-// not T=4096 (0.99-1.03); qkv r=16 T=1536-3072 0.85-0.98 / 0.87-1.00; mixed ranks 8/16/64 one slice
-// T=2048-4096 0.88-0.91. Not inside add_lora_linear, whose chain did not gain (0.96-1.06 over the
-// same shapes, the shrink's tail overlapped by the expand).
+// the perf tests of NOTES v10 had put N = 48 behind at T=2048). Bench A/B of one binary with the
+// bounds as knobs (H200, one round, back to back / cold against the kernel taken before): one slice
+// r=64 with 1 or 8 adapters 0.85-0.96 / 0.86-0.99 at T=1536-3072, and at T=4096 0.87-0.91 for H=4096
+// but 0.99-1.03 for H=8192 (so the N = 64 band ends at 3072); qkv r=16 T=1536-3072 0.85-0.98 /
+// 0.87-1.00; mixed ranks 8/16/64 one slice 0.88-0.91. This rule against the kernels before it (2
+// rounds): 0.83-0.90 / 0.86-0.93 where taken, the hinted sparse-slot shrinks 0.81-0.87, every other
+// case 0.99-1.01. Not inside add_lora_linear, whose chain did not gain over the same shapes
+// (0.96-1.06, one round; its expand launches early as a programmatic dependent).
 constexpr int64_t kWgBand64MaxTokens = 3072, kWgBand48MinTokens = 1536;
 inline bool auto_wg_band(int64_t T, int S, int max_rank, int64_t max_loras) {
   const int n = wg_columns(S, max_rank);

@@ -1082,8 +1082,9 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
       (kind == K::small_cluster && H::auto_cluster_small(a.num_tokens, a.num_slices, a.max_rank, lh));
   if (want_cluster && detail::shrink_cluster_ok(a)) return detail::launch_shrink_cluster(a, stream);
   // Not the cluster tile (for `cluster`: a shape the tile does not take): automatic's other kernels.
-  // add_lora_linear calls with small_cluster: a standalone shrink is the automatic kind itself
-  const bool standalone = kind == K::automatic;
+  // small_cluster is add_lora_linear's shrink (and that kind under --kernel); every other kind that
+  // falls back to automatic's choice below is a standalone shrink (auto_wg_band)
+  const bool standalone = kind != K::small_cluster;
   if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
   const ShrinkParams p = make_params(a);
   const bool vec = shrink_vec_ok(a, p);

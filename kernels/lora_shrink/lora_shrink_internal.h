@@ -25,12 +25,13 @@ int shrink_partials_nsplit(int64_t K);
 // shrink_heur::auto_wk says), else the 2 x 4 tile.
 // fused_wg: the wgmma tile (128 tokens, both operands in shared memory; sm_90a) where
 // 16 * S * ceil(R/16) is 32, 48, 64 or 192 and wgmma_available(), else fused (automatic takes it
-// where shrink_heur::auto_wg says).
+// where shrink_heur::auto_wg says, and outside add_lora_linear where shrink_heur::auto_wg_band says).
 // cluster: the cluster split-K tile (shrink_cluster.cu; 16-bit x, fp32 y, 16-byte rows,
 // shrink_heur::cluster_fits, an sm_90 device) at any T, else automatic (automatic takes it where
 // shrink_heur::auto_cluster says). no_cluster: automatic's choice without the cluster tile.
 // small_cluster: automatic's choice with the cluster tile only where shrink_heur::auto_cluster_small
-// says (add_lora_linear's shrink: the mid-batch rule lost inside its chain, heuristics.h).
+// says, and without auto_wg_band's wgmma tile (add_lora_linear's shrink: both rules lost or did not
+// gain inside its chain, heuristics.h).
 enum class ShrinkKernel {
   automatic, legacy, fused, fused_nosplit, fused128, fused_sk, fused128_sk, fused_wk, fused_wg, cluster, no_cluster,
   small_cluster
