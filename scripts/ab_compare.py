@@ -3,7 +3,7 @@
 
     scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--cases REGEX] [--best MARGIN] [--json FILE]
 
-    scripts/ab_compare.py --pair OLD NEW [--top N] [--cases REGEX] [--json FILE]
+    scripts/ab_compare.py --pair OLD NEW [--top N] [--cases REGEX] [--best MARGIN] [--json FILE]
 
 DIR is the folder that holds the result files `<variant>_<round>.json` (ab_bench_device.sh's
 `bench_ab/`), or its parent. --pair compares two single result files instead, as variants `old` and

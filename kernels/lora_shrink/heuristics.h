@@ -194,8 +194,9 @@ inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
 // r=64 with 1 or 8 adapters 0.85-0.96 / 0.86-0.99 at T=1536-3072, and at T=4096 0.87-0.91 for H=4096
 // but 0.99-1.03 for H=8192 (so the N = 64 band ends at 3072); qkv r=16 T=1536-3072 0.85-0.98 /
 // 0.87-1.00; mixed ranks 8/16/64 one slice 0.88-0.91. This rule against the kernels before it (2
-// rounds): 0.83-0.90 / 0.86-0.93 where taken, the hinted sparse-slot shrinks 0.81-0.87, every other
-// case 0.99-1.01. Not inside add_lora_linear, whose chain did not gain over the same shapes
+// rounds): the 17 bench shrinks it takes median 0.89 / 0.91 (0.83-1.00 / 0.86-1.01: one slice H=4096
+// T=2048 with one adapter ties), the 18 hinted sparse-slot shrinks 0.89 / 0.91 (0.81-0.99 /
+// 0.84-1.02), every other case 0.96-1.01 / 0.98-1.02. Not inside add_lora_linear, whose chain did not gain over the same shapes
 // (0.96-1.06, one round; its expand launches early as a programmatic dependent).
 constexpr int64_t kWgBand64MaxTokens = 3072, kWgBand48MinTokens = 1536;
 inline bool auto_wg_band(int64_t T, int S, int max_rank, int64_t max_loras) {
