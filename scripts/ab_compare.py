@@ -120,6 +120,14 @@ def span(xs):
     return "%.3f [%.3f..%.3f]" % (statistics.median(xs), min(xs), max(xs))
 
 
+def f3(v):
+    return "%.3f" % v if v is not None else "-"
+
+
+def f2(v):
+    return "%.2f" % v if v is not None else "-"
+
+
 def best_table(base, base_name, variants, margin):
     """Print and return the cases where a variant's ratio to BASE is <= 1 - margin either way."""
     by_variant = {name: {r["id"]: r for r in v["cases"]} for name, v in variants.items()}
@@ -142,8 +150,6 @@ def best_table(base, base_name, variants, margin):
             hits.append(row)
     print(f"== cases where a variant beats {base_name} by >= {margin * 100:g}% ({len(hits)} of {len(base)}): "
           f"fastest back to back (its cold ratio), fastest cold (its back-to-back ratio), {base_name}'s us")
-    f3 = lambda v: "%.3f" % v if v is not None else "-"
-    f2 = lambda v: "%.2f" % v if v is not None else "-"
     for h in hits:
         cols = []
         for what in ("b2b", "cold"):
@@ -228,8 +234,6 @@ def main():
             hits = sorted((r for r in rows if sel.search(r["id"])), key=lambda r: r["id"])
             print(f"   cases matching --cases ({len(hits)}): back to back ratio, cold ratio, back to back us")
             for r in hits:
-                f3 = lambda v: "%.3f" % v if v is not None else "-"
-                f2 = lambda v: "%.2f" % v if v is not None else "-"
                 print("   %s %s %8s -> %8s us  %s" % (f3(r["b2b_ratio"]), f3(r["cold_ratio"]), f2(r["b2b_base"]),
                                                      f2(r["b2b_new"]), label(r["id"])))
         out["variants"][name] = {"rounds": rounds, "missing": missing, "cases": rows}

@@ -173,37 +173,41 @@ constexpr std::size_t wg_smem(int n) { return std::size_t(wg_stages(n)) * (128 *
 //   part 3, T=256/512/1024): lora_shrink 0.79-0.95 back to back where taken, add_lora_linear
 //   0.91-0.97 except qkv r=16 one adapter T=512 (1.05) and mixed ranks 8 adapters T=1024 (1.04).
 constexpr int64_t kWgMidMinTokens = 512, kWgMidMaxTokens = 1024, kWgMidMinPerAdapter = 64;
+// the other ranges (above): at least 256 tokens per adapter; N = 192 from 512 tokens, N = 64 up to
+// 1024, N = 32 / 48 from 4096
+constexpr int64_t kWgMinPerAdapter = 256, kWg192MinTokens = 512, kWg64MaxTokens = 1024, kWgNarrowMinTokens = 4096;
 inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
   const int n = wg_columns(S, max_rank);
   if (n == 0) return false;
   const int64_t L = std::max<int64_t>(1, max_loras);
   if ((n == 48 || n == 64) && T >= kWgMidMinTokens && T <= kWgMidMaxTokens && T >= kWgMidMinPerAdapter * L)
     return true;
-  if (T < 256 * L) return false;
-  if (n == 192) return T >= 512;
-  if (n == 64) return T <= 1024;
-  return T >= 4096;
+  if (T < kWgMinPerAdapter * L) return false;
+  if (n == 192) return T >= kWg192MinTokens;
+  if (n == 64) return T <= kWg64MaxTokens;
+  return T >= kWgNarrowMinTokens;
 }
 
 // The wgmma tile for N = 48 (qkv r=16) and N = 64 (one slice r=64, mixed ranks up to 64) between
 // auto_wg's ranges, in a standalone lora_shrink only: N = 64 from 1025 to 3072 tokens, N = 48 from
-// 1536 to 4095, each with at least 256 tokens per adapter. Found by ranking every kernel kind under
+// 1536 to 4095, each with auto_wg's 256 tokens per adapter. Found by ranking every kernel kind under
 // the bench's own timing (`--kernel`, scripts/kernel_sweep_device.sh, results/NOTES.md v35 parts 1-2;
 // the perf tests of NOTES v10 had put N = 48 behind at T=2048). Bench A/B of one binary with the
 // bounds as knobs (H200, one round, back to back / cold against the kernel taken before): one slice
-// r=64 with 1 or 8 adapters 0.85-0.96 / 0.86-0.99 at T=1536-3072, and at T=4096 0.87-0.91 for H=4096
+// r=64 with 1 or 8 adapters 0.85-1.00 / 0.86-1.02 at T=1536-3072, and at T=4096 0.87-0.91 for H=4096
 // but 0.99-1.03 for H=8192 (so the N = 64 band ends at 3072); qkv r=16 T=1536-3072 0.85-0.98 /
 // 0.87-1.00; mixed ranks 8/16/64 one slice 0.88-0.91. This rule against the kernels before it (2
 // rounds): the 17 bench shrinks it takes median 0.89 / 0.91 (0.83-1.00 / 0.86-1.01: one slice H=4096
 // T=2048 with one adapter ties), the 18 hinted sparse-slot shrinks 0.89 / 0.91 (0.81-0.99 /
-// 0.84-1.02), every other case 0.96-1.01 / 0.98-1.02. Not inside add_lora_linear, whose chain did not gain over the same shapes
-// (0.96-1.06, one round; its expand launches early as a programmatic dependent).
+// 0.84-1.02), every other case 0.96-1.01 / 0.98-1.02. Not inside add_lora_linear, whose chain did not
+// gain over the same shapes (0.96-1.06, one round; its expand launches early as a programmatic
+// dependent).
 constexpr int64_t kWgBand64MaxTokens = 3072, kWgBand48MinTokens = 1536;
 inline bool auto_wg_band(int64_t T, int S, int max_rank, int64_t max_loras) {
   const int n = wg_columns(S, max_rank);
-  if (T < 256 * std::max<int64_t>(1, max_loras)) return false;
-  if (n == 64) return T > kWgMidMaxTokens && T <= kWgBand64MaxTokens;
-  if (n == 48) return T >= kWgBand48MinTokens && T < 4096;
+  if (T < kWgMinPerAdapter * std::max<int64_t>(1, max_loras)) return false;
+  if (n == 64) return T > kWg64MaxTokens && T <= kWgBand64MaxTokens;
+  if (n == 48) return T >= kWgBand48MinTokens && T < kWgNarrowMinTokens;
   return false;
 }
 
