@@ -6,11 +6,10 @@ without files and a file that is not a result must each give their exit status.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-from script_checks import check, finish  # scripts/script_checks.py
+from script_checks import check, finish, run_script  # scripts/script_checks.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ab_compare.py")
@@ -27,8 +26,7 @@ def write(d, name, cases):
 
 
 def run(*args):
-    p = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout + p.stderr
+    return run_script(SCRIPT, *args)
 
 
 with tempfile.TemporaryDirectory() as root:

@@ -1,10 +1,17 @@
 """The failed-check list shared by the CPU tests of scripts/ (ab_compare_test.py, ab_device_test.py,
-install_results_test.py, sparse_report_test.py): each check prints what failed and the test ends with `finish`, whose exit
-status is 1 when any check failed. Imported from the tests' own folder (Python puts a script's
+install_results_test.py, sparse_report_test.py, trace_chain_test.py): each check prints what failed
+and the test ends with `finish`, whose exit status is 1 when any check failed. Imported from the tests' own folder (Python puts a script's
 folder first on sys.path)."""
+import subprocess
 import sys
 
 failures = []
+
+
+def run_script(script, *args):
+    """Run a Python script of scripts/ with ARGS: (exit status, stdout + stderr)."""
+    p = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
 
 
 def check(cond, what):

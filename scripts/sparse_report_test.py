@@ -6,11 +6,10 @@ case must not count; a file without hinted cases and a file that is not a result
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-from script_checks import check, finish  # scripts/script_checks.py
+from script_checks import check, finish, run_script  # scripts/script_checks.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "sparse_report.py")
@@ -32,8 +31,7 @@ def write(d, name, cases):
 
 
 def run(*args):
-    p = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout + p.stderr
+    return run_script(SCRIPT, *args)
 
 
 def main():
