@@ -11,7 +11,9 @@
 // Columns: name,start_ns,end_ns,stream,grid_x,grid_y,grid_z,block_x,correlation,graph_id,graph_node_id
 // (graph_id 0: an ordinary launch; start / end are the GPU's timestamps, ns). CUPTI's own cost per
 // kernel is small but not zero: compare timelines with each other, not with the bench's times.
-// Build (one command line; CUPTI ships with the CUDA toolkit; no libcuda at link time):
+// Built by CMake as build/kernel_trace.so (target kernel_trace, wherever the toolkit has CUPTI;
+// scripts/stage_device.sh carries it with its libcupti in .carry/lib), or by hand (one command line;
+// no libcuda at link time):
 //   g++ -O2 -std=c++17 -shared -fPIC -o kernel_trace.so scripts/probes/kernel_trace.cpp
 //     -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcupti -Wl,-rpath,/usr/local/cuda/lib64
 // Not yet run on a GPU when written (results/NOTES.md v36, Next 2): check its first CSV by hand.
