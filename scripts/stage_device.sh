@@ -14,13 +14,13 @@ cp "$BUILD_DIR"/apps/punica-bench/punica-bench .carry/bin/
 # heuristics_test runs in CI (CPU only): not carried
 find "$BUILD_DIR"/kernels -maxdepth 1 -type f -name '*_test' ! -name heuristics_test -executable -exec cp {} .carry/bin/ \;
 strip .carry/bin/* || true
-for l in $(ldd .carry/bin/* 2>/dev/null | awk '/libbenchmark/{print $3}' | sort -u); do cp -L "$l" .carry/lib/; done
-# the CUPTI timeline library (scripts/probes/kernel_trace.cpp; built where the toolkit has CUPTI) and
-# its libcupti: there, CUDA_INJECTION64_PATH=$PWD/.carry/lib/kernel_trace.so LD_LIBRARY_PATH=$PWD/.carry/lib
-if [ -f "$BUILD_DIR"/kernel_trace.so ]; then
-  cp "$BUILD_DIR"/kernel_trace.so .carry/lib/
-  for l in $(ldd .carry/lib/kernel_trace.so | awk '/libcupti/{print $3}'); do cp -L "$l" .carry/lib/; done
-fi
+# the CUPTI timeline library (scripts/probes/kernel_trace.cpp; built where the toolkit has CUPTI): there,
+# CUDA_INJECTION64_PATH=$PWD/.carry/lib/kernel_trace.so LD_LIBRARY_PATH=$PWD/.carry/lib
+[ -f "$BUILD_DIR"/kernel_trace.so ] && cp "$BUILD_DIR"/kernel_trace.so .carry/lib/
+# the shared libraries the GPU machine may lack: libbenchmark (the microbench), libcupti (the tracer)
+for l in $(ldd .carry/bin/* .carry/lib/*.so 2>/dev/null | awk '/libbenchmark|libcupti/{print $3}' | sort -u); do
+  cp -L "$l" .carry/lib/
+done
 # xz -9: its 64 MiB window spans the binaries, which share most of their kernel code: 5.5 MB at
 # c1d5940, against 23 MB with -6 (8 MiB window) and 31 MB with gzip (NOTES v35); the tracked working
 # tree (~40 MB) travels too, 64 MiB in all. The xz takes ~1.5 min on 2 cores (one 177 MB block)

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -38,7 +39,7 @@ struct Rec {
 
 std::mutex g_mu;
 std::vector<Rec> g_recs;
-std::regex* g_filter = nullptr;
+std::optional<std::regex> g_filter;
 uint64_t g_dropped = 0;
 constexpr size_t kBufBytes = 8u << 20;
 
@@ -59,11 +60,11 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* rec = nullptr;
   std::lock_guard<std::mutex> lock(g_mu);
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;  // the one kind enabled
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
     const std::string name = k->name ? k->name : "?";
     if (g_filter && !std::regex_search(name, *g_filter)) continue;
@@ -71,7 +72,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
                          k->gridZ, k->blockX, k->graphNodeId});
   }
   size_t dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS) g_dropped += dropped;
+  // drops are counted per buffer's context and stream, the ones this callback was given
+  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) g_dropped += dropped;
   std::free(buffer);
 }
 
@@ -99,7 +101,7 @@ void write_csv() {
 void start() {
   if (const char* f = std::getenv("PUNICA_TRACE_FILTER"); f && *f) {
     try {
-      g_filter = new std::regex(f, std::regex::ECMAScript);
+      g_filter.emplace(f, std::regex::ECMAScript);
     } catch (const std::regex_error&) {
       std::fprintf(stderr, "kernel_trace: PUNICA_TRACE_FILTER '%s' is not a valid regular expression\n", f);
       std::exit(2);
