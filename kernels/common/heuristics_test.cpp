@@ -142,6 +142,37 @@ TEST(ShrinkHeuristics, WgmmaBand) {
     EXPECT_FALSE(shrink_heur::auto_wg(T, 3, 16, 1)) << T;
 }
 
+// The wgmma tile's split-K fits one wave (results/NOTES.md v37): tiles x splits <= 2 blocks per SM,
+// counting each adapter's tokens as starting a tile (an even split over the planned adapters), over
+// the token counts where rounding the split up spilled at K=4096 (T=2049-2176, 2561-2688, 3073-3712)
+// and the band's ends; every split non-empty and the splits covering K.
+TEST(ShrinkHeuristics, WgmmaSplitOneWave) {
+  const int sms = 132;
+  const int64_t slots = 2 * sms;  // N <= 64: 2 blocks per SM
+  for (int64_t K : {2056, 4096, 8192})
+    for (int64_t L : {1, 2, 8})
+      for (int64_t T = 1025; T <= 4096; T += (T >= 2049 && T <= 3712) ? 1 : 31)
+        for (auto [S, r] : {std::pair{1, 64}, std::pair{3, 16}}) {
+          const auto c = shrink_heur::fused_config(T, K, S, r, sms, true, shrink_heur::kFusedBM, false, true, L,
+                                                   false, true);
+          ASSERT_GT(c.wg_n, 0);
+          if (c.stream_k) continue;  // one block per slot by construction
+          const int64_t ktiles = (K + 63) / 64, per = (T + L - 1) / L;
+          const int64_t tiles = std::max((T + 127) / 128, L * ((per + 127) / 128));
+          ASSERT_LE(tiles * c.ksplit, slots) << "T=" << T << " K=" << K << " L=" << L << " S=" << S;
+          ASSERT_GE(int64_t(c.ksplit) * c.ktiles_per_split, ktiles) << "T=" << T << " K=" << K;
+          ASSERT_LT(int64_t(c.ksplit - 1) * c.ktiles_per_split, ktiles) << "T=" << T << " K=" << K;
+        }
+  // T=3328 at K=4096, one adapter: 26 tiles x 10 splits of 7 k-tiles (rounding up made 11: 286 blocks)
+  const auto c = shrink_heur::fused_config(3328, 4096, 1, 64, sms, true, shrink_heur::kFusedBM, false, true, 1,
+                                           false, true);
+  EXPECT_EQ(c.ksplit, 10);
+  EXPECT_EQ(c.ktiles_per_split, 7);
+  // ... and with 8 adapters of 416 tokens: 32 tiles x 8 splits
+  EXPECT_EQ(shrink_heur::fused_config(3328, 4096, 1, 64, sms, true, shrink_heur::kFusedBM, false, true, 8, false,
+                                      true).ksplit, 8);
+}
+
 // The warp-k tile (NOTES v9): automatic for 2-4 column groups with stream-K's long ranges (2 blocks
 // per SM, 112 KB of stages); never for one group, 12 groups or T=2048.
 TEST(ShrinkHeuristics, WarpKTile) {

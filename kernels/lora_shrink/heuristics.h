@@ -234,12 +234,16 @@ constexpr int kStreamKMinBlockIters = 4;
 
 // Split-K over the k-tiles when the token tiles fill fewer than `target` blocks: up to ~target
 // blocks, at least 4 k-tiles per split, at most 16 splits (both tile kinds of fused_config); `wide`:
-// at least 2 k-tiles per split, at most 32 splits (fused_config's rule below).
+// at least 2 k-tiles per split, at most 32 splits (fused_config's rule below). `one_wave`: the split
+// count rounds down, so tiles x splits never passes `target` (the wgmma tile's; results/NOTES.md v37:
+// rounding up made T=3328 at K=4096 286 blocks on 264 slots, a thin second wave); otherwise it rounds
+// up, as measured for the mma tiles (NOTES v6).
 inline void set_split_k(FusedConfig& c, int64_t tiles, int64_t ktiles, int64_t target, bool allow_split,
-                        bool wide = false) {
+                        bool wide = false, bool one_wave = false) {
   int64_t ks = 1;
   if (allow_split && tiles < target) {
-    ks = (target + tiles - 1) / std::max<int64_t>(tiles, 1);
+    const int64_t t = std::max<int64_t>(tiles, 1);
+    ks = one_wave ? target / t : (target + t - 1) / t;
     ks = std::min<int64_t>(ks, std::max<int64_t>(1, ktiles / (wide ? 2 : 4)));
     ks = std::max<int64_t>(1, std::min<int64_t>(ks, wide ? 32 : 16));
   }
@@ -275,7 +279,13 @@ inline FusedConfig fused_config(int64_t T, int64_t K, int S, int max_rank, int n
       c.sk_blocks = int(slots);
       return c;
     }
-    set_split_k(c, tiles, ktiles, slots, allow_split);
+    // Each adapter's tokens start a tile (v26), so the grid holds more tiles than T / 128 when adapters
+    // split the batch off 128-token boundaries: count them as if the tokens split evenly over the
+    // planned adapters (the host knows no more; T=3328 with 8 adapters: 8 x 4 = 32 tiles, not 26),
+    // and round the split down so those tiles x splits fit one wave of slots.
+    const int64_t lo = std::max<int64_t>(1, std::min<int64_t>(max_loras, T));
+    const int64_t tiles_even = std::max(tiles, lo * (((T + lo - 1) / lo + 127) / 128));
+    set_split_k(c, tiles_even, ktiles, slots, allow_split, false, /*one_wave=*/true);
     return c;
   }
   const int ng = column_groups(S, max_rank);
