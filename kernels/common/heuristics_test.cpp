@@ -118,23 +118,31 @@ TEST(ShrinkHeuristics, WgmmaTile) {
   EXPECT_EQ(b.sk_blocks, 132);  // one block per SM
 }
 
-// Between auto_wg's ranges, for a standalone shrink (NOTES v35): N = 64 from 1025 to 3072 tokens, N = 48
-// from 1536 to 4095, each with at least 256 tokens per adapter.
+// Between auto_wg's ranges, for a standalone shrink (NOTES v35, v37): N = 64 from 1025 to 3072 tokens (to
+// 4096 where K <= 4096), N = 48 from 1536 to 4095, each with at least 256 tokens per adapter.
 TEST(ShrinkHeuristics, WgmmaBand) {
-  EXPECT_TRUE(shrink_heur::auto_wg_band(1025, 1, 64, 4));   // one slice r=64 (N = 64)
-  EXPECT_TRUE(shrink_heur::auto_wg_band(2048, 1, 64, 8));
-  EXPECT_TRUE(shrink_heur::auto_wg_band(3072, 1, 49, 1));   // N = 64 by the padded rank
-  EXPECT_FALSE(shrink_heur::auto_wg_band(1024, 1, 64, 1));  // auto_wg's own range
-  EXPECT_FALSE(shrink_heur::auto_wg_band(3073, 1, 64, 1));  // T=4096 at H=8192 did not gain
-  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 1, 64, 32)); // 64 tokens per adapter
-  EXPECT_TRUE(shrink_heur::auto_wg_band(1536, 3, 16, 1));   // qkv r=16 (N = 48)
-  EXPECT_TRUE(shrink_heur::auto_wg_band(4095, 3, 16, 8));
-  EXPECT_FALSE(shrink_heur::auto_wg_band(1535, 3, 16, 1));
-  EXPECT_FALSE(shrink_heur::auto_wg_band(4096, 3, 16, 8));  // auto_wg's own range from 4096
-  EXPECT_FALSE(shrink_heur::auto_wg_band(2047, 3, 16, 8));  // under 256 tokens per adapter
-  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 2, 16, 1));  // N = 32 (gate_up): not measured
-  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 3, 64, 1));  // N = 192: auto_wg from 512
-  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 1, 16, 1));  // N = 16: no wgmma tile
+  EXPECT_TRUE(shrink_heur::auto_wg_band(1025, 1, 64, 4, 8192));   // one slice r=64 (N = 64)
+  EXPECT_TRUE(shrink_heur::auto_wg_band(2048, 1, 64, 8, 8192));
+  EXPECT_TRUE(shrink_heur::auto_wg_band(3072, 1, 49, 1, 8192));   // N = 64 by the padded rank
+  EXPECT_FALSE(shrink_heur::auto_wg_band(1024, 1, 64, 1, 8192));  // auto_wg's own range
+  EXPECT_FALSE(shrink_heur::auto_wg_band(3073, 1, 64, 1, 8192));  // T=4096 at H=8192 did not gain
+  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 1, 64, 32, 8192)); // 64 tokens per adapter
+  EXPECT_TRUE(shrink_heur::auto_wg_band(1536, 3, 16, 1, 8192));   // qkv r=16 (N = 48)
+  EXPECT_TRUE(shrink_heur::auto_wg_band(4095, 3, 16, 8, 8192));
+  EXPECT_FALSE(shrink_heur::auto_wg_band(1535, 3, 16, 1, 8192));
+  EXPECT_FALSE(shrink_heur::auto_wg_band(4096, 3, 16, 8, 8192));  // auto_wg's own range from 4096
+  EXPECT_FALSE(shrink_heur::auto_wg_band(2047, 3, 16, 8, 8192));  // under 256 tokens per adapter
+  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 2, 16, 1, 8192));  // N = 32 (gate_up): not measured
+  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 3, 64, 1, 8192));  // N = 192: auto_wg from 512
+  EXPECT_FALSE(shrink_heur::auto_wg_band(2048, 1, 16, 1, 8192));  // N = 16: no wgmma tile
+  // K <= 4096: the N = 64 band runs to 4096 tokens (NOTES v37)
+  EXPECT_TRUE(shrink_heur::auto_wg_band(3073, 1, 64, 1, 4096));
+  EXPECT_TRUE(shrink_heur::auto_wg_band(4096, 1, 64, 8, 4096));
+  EXPECT_TRUE(shrink_heur::auto_wg_band(4096, 1, 64, 16, 2056));
+  EXPECT_FALSE(shrink_heur::auto_wg_band(4097, 1, 64, 1, 4096));
+  EXPECT_FALSE(shrink_heur::auto_wg_band(4096, 1, 64, 1, 4104));  // K past 4096
+  EXPECT_FALSE(shrink_heur::auto_wg_band(4096, 1, 64, 32, 4096)); // 128 tokens per adapter
+  EXPECT_FALSE(shrink_heur::auto_wg_band(4096, 3, 16, 1, 4096));  // N = 48 keeps its range
   // the two rules do not overlap
   for (int64_t T : {1025, 2048, 3072})
     EXPECT_FALSE(shrink_heur::auto_wg(T, 1, 64, 1)) << T;

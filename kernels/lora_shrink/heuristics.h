@@ -202,11 +202,16 @@ inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
 // 0.84-1.02), every other case 0.96-1.01 / 0.98-1.02. Not inside add_lora_linear, whose chain did not
 // gain over the same shapes (0.96-1.06, one round; its expand launches early as a programmatic
 // dependent).
-constexpr int64_t kWgBand64MaxTokens = 3072, kWgBand48MinTokens = 1536;
-inline bool auto_wg_band(int64_t T, int S, int max_rank, int64_t max_loras) {
+// Where K <= 4096 the N = 64 band runs to 4096 tokens (results/NOTES.md v36-v37: fused_wg against
+// automatic at H=4096, one slice r=64, T=3840 0.84-0.87 and T=4096 0.87-0.91 with 1-8 adapters; H=8192
+// at T=4096 did not gain, 0.99-1.03).
+constexpr int64_t kWgBand64MaxTokens = 3072, kWgBand64MaxTokensNarrowK = 4096, kWgBand64NarrowK = 4096,
+                  kWgBand48MinTokens = 1536;
+inline bool auto_wg_band(int64_t T, int S, int max_rank, int64_t max_loras, int64_t K) {
   const int n = wg_columns(S, max_rank);
   if (T < kWgMinPerAdapter * std::max<int64_t>(1, max_loras)) return false;
-  if (n == 64) return T > kWg64MaxTokens && T <= kWgBand64MaxTokens;
+  if (n == 64)
+    return T > kWg64MaxTokens && T <= (K <= kWgBand64NarrowK ? kWgBand64MaxTokensNarrowK : kWgBand64MaxTokens);
   if (n == 48) return T >= kWgBand48MinTokens && T < kWgNarrowMinTokens;
   return false;
 }

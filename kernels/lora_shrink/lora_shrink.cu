@@ -1103,7 +1103,7 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
                   (kind == K::fused_wg ||
                    (kind == K::automatic && (H::auto_wg(a.num_tokens, a.num_slices, a.max_rank, lh) ||
                                              (standalone && H::auto_wg_band(a.num_tokens, a.num_slices,
-                                                                            a.max_rank, lh)))));
+                                                                            a.max_rank, lh, a.hidden)))));
   const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk || kind == K::fused_wk ||
                           kind == K::fused_wg || wg ||
                           (kind == K::automatic && H::auto_fused(a.num_tokens, a.num_slices, a.max_rank, lh));

@@ -284,24 +284,26 @@ TEST(LoraShrink, WarpKDecodeBand) {
 
 // Between auto_wg's ranges a standalone shrink takes the wgmma tile for N = 64 and N = 48
 // (shrink_heur::auto_wg_band): one slice of mixed ranks up to 64 (a rank-0 slot, NaN padding past
-// each rank) at T = 1025 / 2048 / 3072 with K = 4104 (a k tail), 8192 and 4096; qkv ranks <= 16 at
-// T = 1536 / 2049 / 4095 with K = 2056 (odd multiple of 8), 4096, 4104; bf16 and fp16; and one
+// each rank) at T = 1025 / 2048 / 3072 with K = 4104 (a k tail), 8192 and 4096, and at T = 3329 / 4096
+// with K = 4096 / 2056 (the band's K <= 4096 end; T=3329 a split rounded down to one wave); qkv ranks
+// <= 16 at T = 1536 / 2049 / 4095 with K = 2056 (odd multiple of 8), 4096, 4104; bf16 and fp16; and one
 // rank-64 adapter in 32 slots with the caller's count (num_active_loras = 1) at T = 3071.
 TEST(LoraShrink, WgmmaBand) {
   struct P { int T; int64_t K; DType dt; };
-  for (const P& q : {P{1025, 4104, DType::bf16}, P{2048, 8192, DType::f16}, P{3072, 4096, DType::bf16}}) {
-    ASSERT_TRUE(shrink_heur::auto_wg_band(q.T, 1, 64, 4)) << "T=" << q.T << " does not reach the rule";
+  for (const P& q : {P{1025, 4104, DType::bf16}, P{2048, 8192, DType::f16}, P{3072, 4096, DType::bf16},
+                     P{3329, 4096, DType::f16}, P{4096, 2056, DType::bf16}}) {
+    ASSERT_TRUE(shrink_heur::auto_wg_band(q.T, 1, 64, 4, q.K)) << "T=" << q.T << " does not reach the rule";
     ShrinkCase c{q.dt, DType::f32, q.T, q.K, 1, {64, 33, 0, 7}};
     c.nan_pad = true;
     run_case(c);
   }
   for (const P& q : {P{1536, 2056, DType::bf16}, P{2049, 4096, DType::f16}, P{4095, 4104, DType::bf16}}) {
-    ASSERT_TRUE(shrink_heur::auto_wg_band(q.T, 3, 16, 4)) << "T=" << q.T << " does not reach the rule";
+    ASSERT_TRUE(shrink_heur::auto_wg_band(q.T, 3, 16, 4, q.K)) << "T=" << q.T << " does not reach the rule";
     ShrinkCase c{q.dt, DType::f32, q.T, q.K, 3, {16, 5, 0, 13}};
     c.nan_pad = true;
     run_case(c);
   }
-  ASSERT_TRUE(shrink_heur::auto_wg_band(3071, 1, 64, 1) && !shrink_heur::auto_wg_band(3071, 1, 64, 32));
+  ASSERT_TRUE(shrink_heur::auto_wg_band(3071, 1, 64, 1, 4096) && !shrink_heur::auto_wg_band(3071, 1, 64, 32, 4096));
   ShrinkCase h{DType::bf16, DType::f32, 3071, 4096, 1, sparse_ranks(true)};
   h.nan_pad = true;
   h.hint = 1;
