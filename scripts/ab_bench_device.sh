@@ -14,12 +14,14 @@
 # STEP_TIMEOUT (default 280 s) caps each run; a 120-case T=2048/8192 bench filter needs more than
 # 80 s per run (NOTES v16 part 6: a call lost to a lower cap). DEADLINE=S: no run starts once S
 # seconds have passed since this script began (a skipped run is reported), so that a call ends
-# inside the device tool's limit instead of being cut.
+# inside the device tool's limit instead of being cut; LIMIT=S (the call's limit, in the same
+# seconds): no run starts that would end past S if it took as long as the longest run so far + 10%.
 # OUTDIR holds only bench_ab.tgz, rewritten after every run (scripts/ab_common.sh), so a call cut
 # by the device tool's limit still returns every finished run.
 set -uo pipefail
 OUT=${1:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}
-FILTER=${2:?filter}; REPS=${3:?reps}
+FILTER=${2:-}; REPS=${3:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}
+[ -n "$FILTER" ] || { echo "ab_bench_device.sh: FILTER (argument 2) is empty: give a regex over case ids ('/' matches every case)" >&2; exit 2; }
 shift 3
 [ $# -ge 1 ] || { echo "ab_bench_device.sh: name at least one variant" >&2; exit 2; }
 read -r -a SCENARIOS <<< "${SCENARIO:-scenarios/bench_lora_ops.json}"
@@ -42,6 +44,7 @@ for rep in $(seq 1 "$REPS"); do
     rc_note=""
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then rc_note=" TIMED OUT at STEP_TIMEOUT=${STEP_TIMEOUT:-280} s, no result"; fi
     echo "bench $n rep $rep rc=$rc $(( $(date +%s) - t0 ))s$rc_note"; [ $rc -ne 0 ] && status=1
+    ab_ran $(( $(date +%s) - t0 ))
     ab_pack || status=1
   done
 done

@@ -2,11 +2,15 @@
 # their runs live in a work folder outside OUTDIR, and OUTDIR holds one tarball, rewritten
 # atomically after every run, so a call cut by the device tool's limit still returns every finished
 # run (it returns 8 files at most: NOTES v28 part 5 lost a call to 22 loose files). DEADLINE=S (env):
-# no run starts once S seconds have passed since ab_begin.
+# no run starts once S seconds have passed since ab_begin. LIMIT=S (env; the device call's own limit,
+# counted from ab_begin): no run starts that would end past S if it took as long as the longest run
+# so far plus 10% (NOTES v37: a 90 s run started at 325 s of a 420 s call was cut with it).
 #   ab_begin OUTDIR NAME TGZ  makes WORK (removed at exit), unpacks the binaries (ab_unpack.sh) with
 #                             its logs into $WORK/NAME (also $AB_DIR), writes OUTDIR/TGZ; exit 2 on error
 #   ab_pack                   rewrites OUTDIR/TGZ from $WORK/NAME
-#   ab_past_deadline WHAT     true (and says so in $AB_DIR/skipped.txt) when DEADLINE has passed
+#   ab_past_deadline WHAT     true (and says so in $AB_DIR/skipped.txt) when DEADLINE has passed, or
+#                             when LIMIT would be passed by a run as long as the longest so far
+#   ab_ran SECONDS            records a finished run's duration (for LIMIT)
 ab_begin() {
   AB_OUT=$1 AB_NAME=$2 AB_TGZ=$3
   mkdir -p "$AB_OUT" || exit 2
@@ -20,7 +24,18 @@ ab_begin() {
 ab_pack() {  # rename: never a half-written tarball in OUTDIR
   tar -C "$WORK" -czf "$AB_OUT/.$AB_TGZ.part" "$AB_NAME" && mv -f "$AB_OUT/.$AB_TGZ.part" "$AB_OUT/$AB_TGZ"
 }
+AB_LONGEST=0
+ab_ran() { [ "$1" -gt "$AB_LONGEST" ] && AB_LONGEST=$1; return 0; }
 ab_past_deadline() {
-  [ -n "${DEADLINE:-}" ] && [ $(( $(date +%s) - AB_START )) -ge "$DEADLINE" ] || return 1
-  echo "$1 SKIPPED: past DEADLINE=$DEADLINE s" | tee -a "$AB_DIR/skipped.txt"
+  local el=$(( $(date +%s) - AB_START ))
+  if [ -n "${DEADLINE:-}" ] && [ "$el" -ge "$DEADLINE" ]; then
+    echo "$1 SKIPPED: past DEADLINE=$DEADLINE s" | tee -a "$AB_DIR/skipped.txt"
+    return 0
+  fi
+  if [ -n "${LIMIT:-}" ] && [ $(( el + AB_LONGEST + AB_LONGEST / 10 )) -gt "$LIMIT" ]; then
+    echo "$1 SKIPPED: at ${el} s a run as long as the longest so far (${AB_LONGEST} s, +10%) would end past LIMIT=$LIMIT s" |
+      tee -a "$AB_DIR/skipped.txt"
+    return 0
+  fi
+  return 1
 }

@@ -26,9 +26,11 @@ done
 for rep in $(seq 1 "$REPS"); do
   for n in "$@"; do
     if ab_past_deadline "perf $n rep $rep"; then status=1; continue; fi
+    t0=$(date +%s)
     timeout -k 10 300 ".carry/ab/bin/${TARGET}_$n" --gtest_also_run_disabled_tests --gtest_filter="$FILTER" \
       > "$L/perf_${n}_$rep.txt" 2>&1
     rc=$?; echo "perf $n rep $rep rc=$rc"; [ $rc -ne 0 ] && status=1
+    ab_ran $(( $(date +%s) - t0 ))
     ab_pack || status=1
   done
 done

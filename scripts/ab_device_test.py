@@ -5,7 +5,7 @@ fake binaries on the CPU (CTest: ab_device_scripts).
 The device tool returns at most 8 files from a call's $OUT and cuts a call at its limit: OUTDIR must
 hold one tarball only, rewritten after every run, so that a call killed mid-run still returns every
 finished run (NOTES v28 part 5 lost a call to 22 loose files). DEADLINE must skip the runs that
-would start past it, say so, and exit non-zero.
+would start past it, and LIMIT the runs that would end past it, say so, and exit non-zero.
 """
 import os
 import signal
@@ -139,5 +139,27 @@ with tempfile.TemporaryDirectory() as root:
     check({"correct_a.txt", "correct_b.txt", "perf_a_1.txt", "perf_b_1.txt", "perf_a_2.txt"} <= got4,
           f"gtest: a cut call returns the finished runs (got {sorted(got4)})")
     check(sorted(os.listdir(out4)) == ["ab.tgz"], f"gtest: OUTDIR holds the tarball only ({os.listdir(out4)})")
+
+    # 5. LIMIT: runs of 3 s under LIMIT=8 (NOTES v37: a run started too late was cut with the call):
+    #    a_1 and b_1 run (b_1 starts at 3-4 s), a_2 and b_2 would end past 8 s and are skipped, said so,
+    #    non-zero exit.
+    w5 = os.path.join(root, "bench5")
+    make_carry(w5, "punica-bench", FAKE_BENCH.replace("case", "sleep 3\ncase", 1).replace("sleep 300", "true"))
+    out5 = os.path.join(w5, "out")
+    try:
+        p = subprocess.run(["bash", BENCH, out5, "x", "2", "a", "b"], cwd=w5, env=dict(env, LIMIT="8"),
+                           capture_output=True, text=True, timeout=60, start_new_session=True)
+        rc, text = p.returncode, p.stdout
+    except subprocess.TimeoutExpired:
+        rc, text = None, "(still running after 60 s)"
+    check(rc is not None and rc != 0, f"bench: LIMIT skips exit non-zero (rc {rc})")
+    check(text.count("SKIPPED") == 2 and "LIMIT=8" in text, f"bench: LIMIT=8 skips the 2 runs of round 2 ({text!r})")
+    got5 = members(os.path.join(out5, "bench_ab.tgz"))
+    check({"a_1.json", "b_1.json", "skipped.txt"} <= got5 and "a_2.json" not in got5,
+          f"bench: LIMIT keeps round 1 ({sorted(got5)})")
+
+    # 6. An empty FILTER is refused with a usage line that says how to match every case.
+    p = subprocess.run(["bash", BENCH, out5, "", "2", "a"], cwd=w5, env=env, capture_output=True, text=True, timeout=30)
+    check(p.returncode != 0 and "'/' matches every case" in p.stderr, f"bench: empty FILTER refused ({p.stderr!r})")
 
 sys.exit(finish("ab_device_test"))
