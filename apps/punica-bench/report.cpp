@@ -3,6 +3,7 @@
 #include "apps/punica-bench/backend/kernel_choice.h"
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <nccl.h>
 #include <cuda_runtime_api.h>
@@ -105,9 +106,14 @@ nlohmann::json load_result(const std::string& path) {
   PUNICA_REQUIRE(f, ErrorKind::usage, path + ": cannot open the result file");
   std::stringstream ss;
   ss << f.rdbuf();
+  const std::string text = ss.str();
+  // results/history keeps its JSON gzipped: name the way to read it instead of a parse error at byte 1
+  PUNICA_REQUIRE(!(text.size() >= 2 && uint8_t(text[0]) == 0x1f && uint8_t(text[1]) == 0x8b), ErrorKind::usage,
+                 path + ": is gzip-compressed (results/history keeps its JSON gzipped): `gunzip -c " + path +
+                     " > FILE.json` and pass FILE.json, or compare it with scripts/ab_compare.py --pair OLD NEW");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     fail(ErrorKind::usage, path + ": not valid JSON (" + std::string(e.what()) + ")");
   }

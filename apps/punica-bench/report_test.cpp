@@ -191,6 +191,16 @@ TEST(ResultFile, AtomicWriteRefusesExistingAndLoadValidates) {
     EXPECT_EQ(e.exit_code(), 2);
     EXPECT_NE(std::string(e.what()).find("/schema"), std::string::npos);
   }
+  // a gzipped file (results/history's form) is named as such, with the way to read it
+  { std::ofstream(p, std::ios::binary) << std::string("\x1f\x8b\x08\x00", 4) << "rest"; }
+  try {
+    load_result(p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("gzip-compressed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gunzip -c"), std::string::npos) << e.what();
+  }
   fs::remove(p);
 }
 TEST(Npy, HeaderIsNumpyFormat1) {
