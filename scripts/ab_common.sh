@@ -4,7 +4,7 @@
 # run (it returns 8 files at most: NOTES v28 part 5 lost a call to 22 loose files). DEADLINE=S (env):
 # no run starts once S seconds have passed since ab_begin. LIMIT=S (env; the device call's own limit,
 # counted from ab_begin): no run starts that would end past S if it took as long as the longest run
-# so far plus 10% (NOTES v37: a 90 s run started at 325 s of a 420 s call was cut with it).
+# so far plus 10% (NOTES v37: a ~106 s run started at 322 s of a 420 s call was cut with it).
 #   ab_begin OUTDIR NAME TGZ  makes WORK (removed at exit), unpacks the binaries (ab_unpack.sh) with
 #                             its logs into $WORK/NAME (also $AB_DIR), writes OUTDIR/TGZ; exit 2 on error
 #   ab_pack                   rewrites OUTDIR/TGZ from $WORK/NAME

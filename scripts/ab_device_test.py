@@ -86,6 +86,16 @@ def run_until(cmd, cwd, env, tgz, want, limit=30):
     return members(tgz)
 
 
+def run_capped(cmd, cwd, env, limit):
+    """Run cmd in its own session; (exit status, stdout), or (None, a note) when it runs past limit s."""
+    try:
+        p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=limit,
+                           start_new_session=True)
+        return p.returncode, p.stdout
+    except subprocess.TimeoutExpired:
+        return None, f"(still running after {limit} s)"
+
+
 with tempfile.TemporaryDirectory() as root:
     env = dict(os.environ, TMPDIR=os.path.join(root, "tmp"))
     os.makedirs(env["TMPDIR"])
@@ -103,12 +113,7 @@ with tempfile.TemporaryDirectory() as root:
 
     # 2. DEADLINE=0: every run skipped, reported, non-zero exit, the tarball still written.
     out2 = os.path.join(w, "out2")
-    try:
-        p = subprocess.run(["bash", BENCH, out2, "x", "2", "a", "b"], cwd=w, env=dict(env, DEADLINE="0"),
-                           capture_output=True, text=True, timeout=30, start_new_session=True)
-        rc, text = p.returncode, p.stdout
-    except subprocess.TimeoutExpired:
-        rc, text = None, "(still running after 30 s: DEADLINE ignored)"
+    rc, text = run_capped(["bash", BENCH, out2, "x", "2", "a", "b"], w, dict(env, DEADLINE="0"), 30)
     check(rc is not None and rc != 0, "bench: DEADLINE=0 exits non-zero")
     check(text.count("SKIPPED") == 4, f"bench: DEADLINE=0 skips 4 runs ({text!r})")
     got2 = members(os.path.join(out2, "bench_ab.tgz"))
@@ -146,12 +151,7 @@ with tempfile.TemporaryDirectory() as root:
     w5 = os.path.join(root, "bench5")
     make_carry(w5, "punica-bench", FAKE_BENCH.replace("case", "sleep 3\ncase", 1).replace("sleep 300", "true"))
     out5 = os.path.join(w5, "out")
-    try:
-        p = subprocess.run(["bash", BENCH, out5, "x", "2", "a", "b"], cwd=w5, env=dict(env, LIMIT="8"),
-                           capture_output=True, text=True, timeout=60, start_new_session=True)
-        rc, text = p.returncode, p.stdout
-    except subprocess.TimeoutExpired:
-        rc, text = None, "(still running after 60 s)"
+    rc, text = run_capped(["bash", BENCH, out5, "x", "2", "a", "b"], w5, dict(env, LIMIT="8"), 60)
     check(rc is not None and rc != 0, f"bench: LIMIT skips exit non-zero (rc {rc})")
     check(text.count("SKIPPED") == 2 and "LIMIT=8" in text, f"bench: LIMIT=8 skips the 2 runs of round 2 ({text!r})")
     got5 = members(os.path.join(out5, "bench_ab.tgz"))
