@@ -61,7 +61,7 @@ set_tests_properties(cli_results_roundtrip PROPERTIES LABELS cli TIMEOUT 300)
 
 # The issues' targets over result files: a synthetic result with one missed target (exit 0, or 3 with
 # --strict), its JSON report written atomically, a file that is not a result (2), an unknown target
-# name (2), and the committed H200 bench and layer results (parse and evaluate).
+# name (2), and the committed H200 bench and layer results (parse and evaluate; by token count too).
 add_test(NAME cli_targets COMMAND bash -c "
   set -e; rm -f ${TMPD}/t.json
   ${EXPECT} 0 'targets met in 5 of 7' -- ${PB} targets ${TD}/targets_sample.json
@@ -72,6 +72,7 @@ add_test(NAME cli_targets COMMAND bash -c "
   ${EXPECT} 2 'schema' -- ${PB} targets ${SC}/smoke.json
   ${EXPECT} 2 'not in' -- ${PB} targets -t nope ${TD}/targets_sample.json
   ${EXPECT} 0 'decode_gather' -- ${PB} targets ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json ${CMAKE_SOURCE_DIR}/results/h200x2/layers_llama_decode_np2.json
+  ${EXPECT} 0 'cold +lora_shrink T=8192 +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+-[0-9.]+' -- ${PB} targets --by-tokens -t cold ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json
 ")
 set_tests_properties(cli_targets PROPERTIES LABELS cli TIMEOUT 120)
 

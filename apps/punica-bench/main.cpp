@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
   compare->add_option("--threshold", threshold, "Slowdown in percent that counts as a regression (default 5)");
   std::vector<std::string> tgt_in, tgt_names;
   std::string tgt_json;
-  bool tgt_overwrite = false, tgt_strict = false, tgt_missed = false;
+  bool tgt_overwrite = false, tgt_strict = false, tgt_missed = false, tgt_by_tokens = false;
   auto* targets = app.add_subcommand(
       "targets", "Evaluate the issues' performance targets on result files (exit 3 with --strict when one is missed)");
   targets->add_option("results", tgt_in,
@@ -326,6 +326,8 @@ int main(int argc, char** argv) {
   targets->add_option("-t,--target", tgt_names, "Only these targets (repeatable; definitions in targets.h)")
       ->check(CLI::IsMember(target_names()));
   targets->add_flag("--list-missed", tgt_missed, "Print every case that misses a target, with its value and bound");
+  targets->add_flag("--by-tokens", tgt_by_tokens,
+                    "Split the op targets' rows by token count, with each row's range of values");
   targets->add_option("--json", tgt_json, "Also write the report as JSON (punica-bench.targets/1) here");
   targets->add_flag("--overwrite", tgt_overwrite, "Replace an existing --json file");
   targets->add_flag("--strict", tgt_strict, "Exit 3 when any evaluated case misses its target");
@@ -363,7 +365,7 @@ int main(int argc, char** argv) {
     if (*targets) {
       std::vector<nlohmann::json> docs;
       for (const auto& f : tgt_in) docs.push_back(load_result(f));
-      const TargetsReport rep = evaluate_targets(docs, tgt_names, tgt_missed);
+      const TargetsReport rep = evaluate_targets(docs, tgt_names, tgt_missed, tgt_by_tokens);
       std::cout << rep.text;
       for (std::size_t i = 0; i < docs.size(); ++i)  // the targets are the automatic choice's
         if (result_times_fixed_kernels(docs[i]))

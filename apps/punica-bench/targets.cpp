@@ -1,6 +1,7 @@
 // `punica-bench targets` (targets.h): the issues' performance targets over result documents.
 #include "apps/punica-bench/targets.h"
 #include <algorithm>
+#include <exception>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -68,6 +69,23 @@ std::string shape_key(const std::string& id) {
   return id.substr(0, a) + (b == std::string::npos ? std::string() : id.substr(b));
 }
 
+// An op case's group: the op, or with by_tokens the op and its token count ("lora_shrink T=8192").
+std::string op_group(const std::string& op, const nlohmann::json& c, bool by_tokens) {
+  if (!by_tokens) return op;
+  const double t = jnum(c, {"params", "num_tokens"});
+  return op + " T=" + (t == t ? fmt(t, 0) : std::string("?"));
+}
+// The token count of a by_tokens group ("op T=N" -> N; -1 for any other group).
+double group_tokens(const std::string& g) {
+  const auto p = g.rfind(" T=");
+  if (p == std::string::npos) return -1;
+  try {
+    return std::stod(g.substr(p + 3));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 // The rows by (target, group), each with the measured values its median is taken over.
 struct Acc {
   std::map<std::pair<std::string, std::string>, TargetRow> rows;
@@ -100,7 +118,7 @@ struct Acc {
 }  // namespace
 
 TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const std::vector<std::string>& names,
-                               bool list_missed) {
+                               bool list_missed, bool by_tokens) {
   Acc acc;
   nlohmann::json sources = nlohmann::json::array();
   for (const auto& doc : docs) {
@@ -115,11 +133,12 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       if (op != "lora_shrink" && op != "lora_expand" && op != "add_lora_linear") continue;
       if (!timed_pass(c)) continue;
       shapes[shape_key(id)][op] = &c;
+      const std::string grp = op_group(op, c, by_tokens);
       const double fl = jnum(c, {"work", "floor_us"}), ff = jnum(c, {"metrics", "floor_fraction"});
       const double cp = jnum(c, {"baseline", "copy_us"}), cpb = jnum(c, {"baseline", "copy_batch_us"});
       if (fl >= 10 && ff == ff) {
         const double cff = cp > 0 ? fl / cp : std::numeric_limits<double>::quiet_NaN();
-        acc.add("cold", op, ff >= kFloorFraction,
+        acc.add("cold", grp, ff >= kFloorFraction,
                 id + ": floor fraction " + missed(ff, "<", kFloorFraction, 3) +
                     (cff == cff ? " (a copy of its bytes: " + fmt(cff, 3) + ")" : std::string()),
                 ff, cff == cff ? int(cff >= kFloorFraction) : -1);
@@ -127,7 +146,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       const double bt = jnum(c, {"timing", "batch_time_us"});
       if (bt == bt && node == node && fl == fl) {
         const double bound = node + kBatchSlackUs + fl / kFloorFraction;
-        acc.add("back_to_back", op, bt <= bound,
+        acc.add("back_to_back", grp, bt <= bound,
                 id + ": " + missed(bt, ">", bound, 2, " us") +
                     (cpb == cpb ? " (a copy of its bytes: " + fmt(cpb, 2) + " us)" : std::string()),
                 bt / bound, cpb == cpb ? int(cpb <= bound) : -1);
@@ -144,7 +163,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
         };
         const double l = t(lin), chain = t(sh) + t(ex);
         if (l == l && chain == chain)
-          acc.add(cold ? "linear_chain_cold" : "linear_chain_batch", "add_lora_linear", l < chain,
+          acc.add(cold ? "linear_chain_cold" : "linear_chain_batch", op_group("add_lora_linear", lin, by_tokens), l < chain,
                   jstr(lin, "id") + ": " + missed(l, ">=", chain, 2, " us"));
       }
     }
@@ -207,12 +226,30 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
   auto rank = [&](const std::pair<std::string, std::string>& k) {
     return std::find(all.begin(), all.end(), k.first) - all.begin();
   };
-  std::stable_sort(acc.order.begin(), acc.order.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  // with by_tokens, each op's groups by token count (the ops as first seen)
+  std::vector<std::string> ops_seen;
+  for (const auto& k : acc.order) {
+    const std::string op = k.second.substr(0, k.second.rfind(" T="));
+    if (std::find(ops_seen.begin(), ops_seen.end(), op) == ops_seen.end()) ops_seen.push_back(op);
+  }
+  auto op_rank = [&](const std::string& g) {
+    return std::find(ops_seen.begin(), ops_seen.end(), g.substr(0, g.rfind(" T="))) - ops_seen.begin();
+  };
+  std::stable_sort(acc.order.begin(), acc.order.end(), [&](const auto& a, const auto& b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    if (!by_tokens) return false;
+    if (op_rank(a.second) != op_rank(b.second)) return op_rank(a.second) < op_rank(b.second);
+    return group_tokens(a.second) < group_tokens(b.second);
+  });
   for (const auto& k : acc.order) {
     if (!want.empty() && !want.count(k.first)) continue;
     TargetRow r = acc.rows.at(k);
     auto v = acc.values.find(k);
-    r.median = v == acc.values.end() ? -1 : stats(v->second).median;
+    if (v != acc.values.end()) {
+      r.median = stats(v->second).median;
+      r.lo = *std::min_element(v->second.begin(), v->second.end());
+      r.hi = *std::max_element(v->second.begin(), v->second.end());
+    }
     rep.cases += r.cases;
     rep.met += r.met;
     rep.rows.push_back(std::move(r));
@@ -225,12 +262,16 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
   bool any_copy = false;
   for (const auto& r : rep.rows) any_copy = any_copy || r.copy_cases > 0;
   std::snprintf(line, sizeof line, "%-20s %-22s %7s %7s %9s", "target", "group", "met", "cases", "median");
-  o << line << (any_copy ? "  copy met  (kernel missed)" : "") << "\n";
+  o << line << (by_tokens ? "  range        " : "") << (any_copy ? "  copy met  (kernel missed)" : "") << "\n";
   for (const auto& r : rep.rows) {
     // the median against its target's bound, with the digits that tell them apart
     std::snprintf(line, sizeof line, "%-20s %-22s %7d %7d %9s", r.name.c_str(), r.group.c_str(), r.met, r.cases,
                   r.median >= 0 ? fmt_apart(r.median, median_bound(r.name, r.median), 3).first.c_str() : "-");
     o << line;
+    if (by_tokens) {
+      std::snprintf(line, sizeof line, "  %-13s", r.lo >= 0 ? (fmt(r.lo, 3) + "-" + fmt(r.hi, 3)).c_str() : "-");
+      o << line;
+    }
     if (any_copy) {
       if (r.copy_cases > 0) {
         std::snprintf(line, sizeof line, "  %4d/%-4d %9d", r.copy_met, r.copy_cases, r.copy_met_kernel_missed);
@@ -254,6 +295,8 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
   for (const auto& r : rep.rows)
     rows.push_back({{"target", r.name}, {"group", r.group}, {"met", r.met}, {"cases", r.cases},
                     {"median", r.median >= 0 ? nlohmann::json(r.median) : nlohmann::json()},
+                    {"min", r.lo >= 0 ? nlohmann::json(r.lo) : nlohmann::json()},
+                    {"max", r.hi >= 0 ? nlohmann::json(r.hi) : nlohmann::json()},
                     {"copy_cases", r.copy_cases}, {"copy_met", r.copy_met},
                     {"copy_met_kernel_missed", r.copy_met_kernel_missed}, {"missed", r.missed}});
   rep.doc = {{"schema", "punica-bench.targets/1"}, {"sources", sources}, {"met", rep.met}, {"cases", rep.cases},

@@ -29,6 +29,7 @@ struct TargetRow {
   std::string group;   // op, or module/tp for the layer targets
   int cases = 0, met = 0;
   double median = -1;  // median of the measured value (cold: floor fraction), -1 when not meaningful
+  double lo = -1, hi = -1;  // the smallest and largest measured value (with the median; -1 alike)
   // cold and back_to_back: of the cases with a copy baseline (baseline.copy_us / copy_batch_us, a
   // device copy of the case's floor bytes), how many a copy itself meets the bound in, and how many
   // of those the kernel misses: the misses that are not the bytes' own cost at that size
@@ -46,8 +47,10 @@ struct TargetsReport {
 // The targets' names, in the issues' order (the rows' order; `-t` takes these).
 const std::vector<std::string>& target_names();
 
-// Error(usage) when no document holds a case that any target applies to.
+// Error(usage) when no document holds a case that any target applies to. by_tokens: the op targets'
+// groups split by token count ("lora_shrink T=8192"), ordered by op and tokens, and the table gains a
+// range column (the smallest and largest value of each group).
 TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const std::vector<std::string>& names,
-                               bool list_missed);
+                               bool list_missed, bool by_tokens = false);
 
 }  // namespace punica::bench

@@ -95,6 +95,38 @@ TEST(Targets, CopyBaselineCounts) {
   EXPECT_EQ(old.rows[0].copy_cases, 0);
 }
 
+TEST(Targets, ByTokens) {
+  // the op targets split by token count: ordered by op (as first seen) then tokens, with each row's range
+  auto with_t = [](nlohmann::json c, int t, const std::string& id) {
+    c["params"] = {{"num_tokens", t}};
+    c["id"] = id;
+    return c;
+  };
+  auto d = doc({with_t(op_case("lora_shrink", 20, 0.9, 10, 26), 8192, "a/lora_shrink/t=8192"),
+                with_t(op_case("lora_shrink", 20, 0.7, 12, 26), 8192, "b/lora_shrink/t=8192"),
+                with_t(op_case("lora_shrink", 12, 0.5, 24, 20), 64, "a/lora_shrink/t=64"),
+                with_t(op_case("lora_expand", 20, 0.6, 12, 30), 2048, "a/lora_expand/t=2048")});
+  const TargetsReport r = evaluate_targets({d}, {"cold"}, false, true);
+  ASSERT_EQ(r.rows.size(), 3u) << r.text;
+  EXPECT_EQ(r.rows[0].group, "lora_shrink T=64");
+  EXPECT_EQ(r.rows[1].group, "lora_shrink T=8192");
+  EXPECT_EQ(r.rows[2].group, "lora_expand T=2048");
+  EXPECT_EQ(r.rows[1].cases, 2);
+  EXPECT_EQ(r.rows[1].met, 1);
+  EXPECT_DOUBLE_EQ(r.rows[1].lo, 0.7);
+  EXPECT_DOUBLE_EQ(r.rows[1].hi, 0.9);
+  EXPECT_NE(r.text.find("0.700-0.900"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("range"), std::string::npos) << r.text;
+  EXPECT_DOUBLE_EQ(r.doc["targets"][1]["min"].get<double>(), 0.7);
+  // without by_tokens: one row per op, no range column, the same verdicts
+  const TargetsReport plain = evaluate_targets({d}, {"cold"}, false);
+  ASSERT_EQ(plain.rows.size(), 2u);
+  EXPECT_EQ(plain.rows[0].group, "lora_shrink");
+  EXPECT_EQ(plain.rows[0].cases, 3);
+  EXPECT_EQ(plain.met, r.met);
+  EXPECT_EQ(plain.text.find("range"), std::string::npos) << plain.text;
+}
+
 TEST(Targets, LayerCases) {
   auto d = doc({layer_case("prefill", false, 45, nlohmann::json::object(), 0.75),
                 // sharded: 70 > 1.1 x (45 + 10) = 60.5; the base layer's all-reduce (100) must not count
