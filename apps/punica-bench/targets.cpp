@@ -1,8 +1,8 @@
 // `punica-bench targets` (targets.h): the issues' performance targets over result documents.
 #include "apps/punica-bench/targets.h"
 #include <algorithm>
-#include <exception>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <map>
 #include <set>
