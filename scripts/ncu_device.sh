@@ -35,8 +35,9 @@ if [ -z "${PB:-}" ]; then
   PB=.carry/bin/punica-bench
   if [ ! -x "$PB" ] && [ -f .carry/punica-bin.txz ]; then
     tar -C .carry -xaf .carry/punica-bin.txz || { echo "ncu_device.sh: cannot unpack .carry/punica-bin.txz" >&2; exit 2; }
-    export LD_LIBRARY_PATH=$(pwd)/.carry/lib:${LD_LIBRARY_PATH:-}
   fi
+  # the staged libraries (scripts/stage_device.sh), also when an earlier call on this machine unpacked them
+  [ -d .carry/lib ] && export LD_LIBRARY_PATH=$(pwd)/.carry/lib:${LD_LIBRARY_PATH:-}
 fi
 [ -x "$PB" ] || { echo "ncu_device.sh: no punica-bench at $PB (run scripts/stage_device.sh here and carry .carry)" >&2; exit 2; }
 [ -f "$SCENARIO" ] || { echo "ncu_device.sh: no scenario file $SCENARIO" >&2; exit 2; }
