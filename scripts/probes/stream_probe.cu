@@ -13,24 +13,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <vector>
+#include "probe_read.cuh"
 #include "probe_timing.cuh"
 
 __global__ void noop() {}
 
-__global__ void __launch_bounds__(256) read_linear(const uint4* __restrict__ p, size_t n16, float* out) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  uint32_t acc = 0;
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    uint4 v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = __ldg(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n16; i += stride) { uint4 v = __ldg(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w; }
-  if (acc == 0x12345678u) out[0] = 1.f;  // keeps the loads
-}
 
 // rows of rowbytes; block b owns rows [64b, 64b + 64); per step each row gives CH bytes (CH/16
 // threads per row); 4 steps in flight per thread.
