@@ -16,6 +16,7 @@
 // 128 x 16 partial sums with plain stores: what a split reduced inside a cluster would leave, without
 // the reduction itself); `zero+atomic` (the shipped structure: a zero kernel over y first, the ring
 // kernel its programmatic dependent, griddepcontrol.wait and then every split's float4 atomics).
+// `+hint`: x copied in the suite's form (a source size and an L2 evict_first cache hint).
 // Blocks per SM are set by the dynamic shared memory asked for. Timed as punica-bench times an op
 // (probe_timing.cuh: cold = events per call over 2 rotated 128 MB buffers, median of 30; graph = one
 // graph of 32 calls). A bare grid-stride read of the same 128 MB is the reference (probe_read.cuh).
@@ -35,6 +36,12 @@ constexpr int XB = BM * BK * 2, AB = 16 * BK * 2, SB = XB + AB;  // bytes per st
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+// the suite's form of the x copies: a source size (16, or 0 to zero-fill) and an L2 evict_first hint
+__device__ __forceinline__ void cp16_hint(uint32_t dst, const void* src, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(16),
+               "l"(policy)
+               : "memory");
 }
 // byte offset of 16-byte chunk c of row r in a stage (chunk XOR row: ldmatrix's 8 rows on 8 bank groups)
 __device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * 8 + (c ^ (r & 7))) * 16u; }
@@ -119,7 +126,7 @@ __device__ __forceinline__ void epilogue(const float (&acc)[2][2][4], int warp, 
       }
 }
 
-template <int ST, bool MATH, int BPS, int EPI = kNone>
+template <int ST, bool MATH, int BPS, int EPI = kNone, bool HINT = false>
 __global__ void __launch_bounds__(256, BPS) ring_sync(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ a,
                                                       int K, float* out) {
   extern __shared__ __align__(1024) uint8_t sm[];
@@ -128,10 +135,16 @@ __global__ void __launch_bounds__(256, BPS) ring_sync(const __nv_bfloat16* __res
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, ch = tid & 7, lr = tid >> 3;
   const char* xg = reinterpret_cast<const char*>(x + (size_t(tile) * BM + lr) * K + size_t(kt0) * BK + ch * 8);
   const char* ag = reinterpret_cast<const char*>(a + size_t(lr & 15) * K + size_t(kt0) * BK + ch * 8);
+  uint64_t pol = 0;
+  if (HINT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
   auto load = [&](int s, int it) {
     const uint32_t sb = base + uint32_t(s) * SB;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) cp16(sb + swz(lr + 32 * i, ch), xg + (size_t(32 * i) * K + size_t(it) * BK) * 2);
+    for (int i = 0; i < 4; ++i) {
+      const char* src = xg + (size_t(32 * i) * K + size_t(it) * BK) * 2;
+      if (HINT) cp16_hint(sb + swz(lr + 32 * i, ch), src, pol);
+      else cp16(sb + swz(lr + 32 * i, ch), src);
+    }
     if (tid < 128) cp16(sb + XB + swz(lr, ch), ag + size_t(it) * BK * 2);
   };
 #pragma unroll
@@ -236,12 +249,13 @@ int main() {
   run("ws math", ring_ws<6, true, 2>, 288, 6, 2);
   run("ws nomath", ring_ws<6, false, 2>, 288, 6, 2);
   run("sync math +store", ring_sync<4, true, 2, kStore>, 256, 4, 2);
-  {  // the shipped structure: zero kernel, then the ring as its programmatic dependent with atomics
-    auto kern = ring_sync<4, true, 2, kZeroAtomic>;
+  // the shipped structure: zero kernel, then the ring as its programmatic dependent with atomics;
+  // HINT: x copied as the suite copies it (source size, L2 evict_first)
+  const int n4 = T * 16 / 4;
+  auto shipped = [&](const char* name, auto kern) {
     const int smem = std::max(4 * SB, (227 * 1024) / 2 - 1024);
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const int n4 = T * 16 / 4;
-    time_it("sync math +zero+atomic ST=4 2/SM", bytes + T * 16 * 4.0, [&](int i, cudaStream_t s) {
+    time_it(name, bytes + T * 16 * 4.0, [&](int i, cudaStream_t s) {
       zero_y<<<128, 256, 0, s>>>(reinterpret_cast<float4*>(out), n4);
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(tiles * KSPLIT);
@@ -256,6 +270,11 @@ int main() {
       CK(cudaLaunchKernelEx(&cfg, kern, static_cast<const __nv_bfloat16*>(x + (i % 2) * (xbytes / 2)),
                             static_cast<const __nv_bfloat16*>(a), K, out));
     }, st);
+  };
+  shipped("sync math +zero+atomic ST=4 2/SM", ring_sync<4, true, 2, kZeroAtomic>);
+  shipped("sync math +zero+atomic +hint ST=4 2/SM", ring_sync<4, true, 2, kZeroAtomic, true>);
+  run("sync math +hint ST=4", ring_sync<4, true, 2, kNone, true>, 256, 4, 2);
+  {
     time_it("zero kernel alone (512 KB)", T * 16 * 4.0, [&](int, cudaStream_t s) {
       zero_y<<<128, 256, 0, s>>>(reinterpret_cast<float4*>(out), n4);
     }, st);
