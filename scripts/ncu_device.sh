@@ -9,11 +9,12 @@
 # 'shrink|expand': the ops' kernels and the shrink's zero kernel, not the metadata kernels); LAUNCHES
 # (default 6): launches profiled per case; NCU_SET (default full); STEP_TIMEOUT (default 150 s) caps
 # each case; LIMIT=S (the device call's limit): no case starts that would end past S if it took as
-# long as the longest case so far + 10%. PB, NCU, CUOBJDUMP name the binaries (defaults: the staged
-# .carry/bin/punica-bench, unpacked from .carry/punica-bin.txz when absent; ncu; cuobjdump).
+# long as the longest case so far + 10%; DEADLINE=S: none starts after S s (scripts/ab_common.sh).
+# PB, NCU, CUOBJDUMP name the binaries (defaults: the staged .carry/bin/punica-bench, unpacked from
+# .carry/punica-bin.txz when absent; ncu; cuobjdump).
 # OUTDIR holds one tarball, ncu.tgz (ncu/NAME.txt, sass/*.sass + sass/index.txt, summary.txt,
-# summary.json, gpu.txt, skipped.txt when LIMIT skipped a case), rewritten after every case, so that
-# a call cut at its limit still returns every finished case. Exit 0 when every case ran, 1 when one
+# summary.json, gpu.txt, skipped.txt when LIMIT or DEADLINE skipped a case), rewritten after every
+# case, so that a call cut at its limit still returns every finished case. Exit 0 when every case ran, 1 when one
 # failed or was skipped, 2 on a usage error.
 set -uo pipefail
 OUT=${1:?usage: ncu_device.sh OUTDIR NAME=FILTER [NAME=FILTER...]}
@@ -41,33 +42,23 @@ if [ -z "${PB:-}" ]; then
 fi
 [ -x "$PB" ] || { echo "ncu_device.sh: no punica-bench at $PB (run scripts/stage_device.sh here and carry .carry)" >&2; exit 2; }
 [ -f "$SCENARIO" ] || { echo "ncu_device.sh: no scenario file $SCENARIO" >&2; exit 2; }
-mkdir -p "$OUT" || exit 2
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ncu_device.XXXXXX") || exit 2
-trap 'rm -rf "$WORK"' EXIT
-D=$WORK/ncu_run
+source "$HERE/ab_common.sh"  # the work folder, the tarball rewritten after each case, DEADLINE / LIMIT
+ab_work "$OUT" ncu_run ncu.tgz
+D=$AB_DIR
 mkdir -p "$D/ncu" "$D/sass"
-pack() {  # rename: never a half-written tarball in OUTDIR
-  tar -C "$WORK" -czf "$OUT/.ncu.tgz.part" ncu_run && mv -f "$OUT/.ncu.tgz.part" "$OUT/ncu.tgz"
-}
 { "$PB" --version; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv; "$NCU" --version; } \
   > "$D/gpu.txt" 2>&1
-status=0 start=$(date +%s) longest=0
+status=0
 for c in "$@"; do
   n=${c%%=*} f=${c#*=}
-  el=$(( $(date +%s) - start ))
-  if [ -n "${LIMIT:-}" ] && [ $(( el + longest + longest / 10 )) -gt "$LIMIT" ]; then
-    echo "$n SKIPPED: at ${el} s a case as long as the longest so far (${longest} s, +10%) would end past LIMIT=$LIMIT s" |
-      tee -a "$D/skipped.txt"
-    status=1
-    continue
-  fi
+  if ab_past_deadline "$n"; then status=1; continue; fi
   t0=$(date +%s)
   timeout -k 5 "${STEP_TIMEOUT:-150}" "$NCU" --set "${NCU_SET:-full}" --clock-control none \
     --kernel-name "regex:$KERNELS" --launch-count "${LAUNCHES:-6}" --import-source no --print-kernel-base mangled \
     "$PB" check --backend cuda -q --sample-rows 16 -f "$f" "$SCENARIO" > "$D/ncu/$n.txt" 2>&1
   rc=$?
   t=$(( $(date +%s) - t0 ))
-  [ "$t" -gt "$longest" ] && longest=$t
+  ab_ran "$t"
   echo "$n rc=$rc ${t} s"
   [ $rc -ne 0 ] && status=1
   # the SASS of each kernel this case profiled, once per kernel over the call
@@ -77,7 +68,7 @@ for c in "$@"; do
     "$CUOBJDUMP" -sass -fun "$k" "$PB" > "$D/sass/$h.sass" 2>&1 || echo "cuobjdump failed for $k" >> "$D/sass/errors.txt"
     echo "$h $k" >> "$D/sass/index.txt"
   done
-  pack || status=1
+  ab_pack || status=1
 done
 reports=()
 # the reports with at least one launch (a case that failed before its first kernel has none)
@@ -85,5 +76,5 @@ for c in "$@"; do grep -q '), Context ' "$D/ncu/${c%%=*}.txt" 2>/dev/null && rep
 if [ ${#reports[@]} -gt 0 ]; then
   python3 "$HERE/ncu_summary.py" "${reports[@]}" --json "$D/summary.json" > "$D/summary.txt" 2>&1 || status=1
 fi
-pack || status=1
+ab_pack || status=1
 exit $status

@@ -1,7 +1,7 @@
 """The failed-check list shared by the CPU tests of scripts/ (ab_compare_test.py, ab_device_test.py,
 install_results_test.py, ncu_device_test.py, ncu_summary_test.py, sparse_report_test.py,
-trace_chain_test.py): each check prints what failed
-and the test ends with `finish`, whose exit status is 1 when any check failed. Imported from the tests' own folder (Python puts a script's
+trace_chain_test.py): each check prints what failed and the test ends with `finish`, whose exit
+status is 1 when any check failed. Imported from the tests' own folder (Python puts a script's
 folder first on sys.path)."""
 import subprocess
 import sys

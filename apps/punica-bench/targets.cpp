@@ -2,7 +2,6 @@
 #include "apps/punica-bench/targets.h"
 #include <algorithm>
 #include <cstdio>
-#include <exception>
 #include <limits>
 #include <map>
 #include <set>
@@ -69,21 +68,15 @@ std::string shape_key(const std::string& id) {
   return id.substr(0, a) + (b == std::string::npos ? std::string() : id.substr(b));
 }
 
-// An op case's group: the op, or with by_tokens the op and its token count ("lora_shrink T=8192").
-std::string op_group(const std::string& op, const nlohmann::json& c, bool by_tokens) {
+// An op case's group: the op, or with by_tokens the op and its token count ("lora_shrink T=8192"),
+// whose op and tokens `keys` keeps for the rows' order.
+std::string op_group(const std::string& op, const nlohmann::json& c, bool by_tokens,
+                     std::map<std::string, std::pair<std::string, double>>& keys) {
   if (!by_tokens) return op;
   const double t = jnum(c, {"params", "num_tokens"});
-  return op + " T=" + (t == t ? fmt(t, 0) : std::string("?"));
-}
-// The token count of a by_tokens group ("op T=N" -> N; -1 for any other group).
-double group_tokens(const std::string& g) {
-  const auto p = g.rfind(" T=");
-  if (p == std::string::npos) return -1;
-  try {
-    return std::stod(g.substr(p + 3));
-  } catch (const std::exception&) {
-    return -1;
-  }
+  const std::string g = op + " T=" + (t == t ? fmt(t, 0) : std::string("?"));
+  keys.emplace(g, std::make_pair(op, t == t ? t : -1.0));
+  return g;
 }
 
 // The rows by (target, group), each with the measured values its median is taken over.
@@ -120,6 +113,7 @@ struct Acc {
 TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const std::vector<std::string>& names,
                                bool list_missed, bool by_tokens) {
   Acc acc;
+  std::map<std::string, std::pair<std::string, double>> group_keys;  // by_tokens: group -> (op, tokens)
   nlohmann::json sources = nlohmann::json::array();
   for (const auto& doc : docs) {
     PUNICA_REQUIRE(doc.is_object() && doc.contains("cases") && doc["cases"].is_array(), ErrorKind::usage,
@@ -133,7 +127,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       if (op != "lora_shrink" && op != "lora_expand" && op != "add_lora_linear") continue;
       if (!timed_pass(c)) continue;
       shapes[shape_key(id)][op] = &c;
-      const std::string grp = op_group(op, c, by_tokens);
+      const std::string grp = op_group(op, c, by_tokens, group_keys);
       const double fl = jnum(c, {"work", "floor_us"}), ff = jnum(c, {"metrics", "floor_fraction"});
       const double cp = jnum(c, {"baseline", "copy_us"}), cpb = jnum(c, {"baseline", "copy_batch_us"});
       if (fl >= 10 && ff == ff) {
@@ -163,7 +157,7 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
         };
         const double l = t(lin), chain = t(sh) + t(ex);
         if (l == l && chain == chain)
-          acc.add(cold ? "linear_chain_cold" : "linear_chain_batch", op_group("add_lora_linear", lin, by_tokens), l < chain,
+          acc.add(cold ? "linear_chain_cold" : "linear_chain_batch", op_group("add_lora_linear", lin, by_tokens, group_keys), l < chain,
                   jstr(lin, "id") + ": " + missed(l, ">=", chain, 2, " us"));
       }
     }
@@ -229,17 +223,18 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
   // with by_tokens, each op's groups by token count (the ops as first seen)
   std::vector<std::string> ops_seen;
   for (const auto& k : acc.order) {
-    const std::string op = k.second.substr(0, k.second.rfind(" T="));
-    if (std::find(ops_seen.begin(), ops_seen.end(), op) == ops_seen.end()) ops_seen.push_back(op);
+    auto it = group_keys.find(k.second);
+    if (it != group_keys.end() && std::find(ops_seen.begin(), ops_seen.end(), it->second.first) == ops_seen.end())
+      ops_seen.push_back(it->second.first);
   }
-  auto op_rank = [&](const std::string& g) {
-    return std::find(ops_seen.begin(), ops_seen.end(), g.substr(0, g.rfind(" T="))) - ops_seen.begin();
+  auto sort_key = [&](const std::string& g) {
+    const auto& [op, t] = group_keys.at(g);
+    return std::make_pair(std::find(ops_seen.begin(), ops_seen.end(), op) - ops_seen.begin(), t);
   };
   std::stable_sort(acc.order.begin(), acc.order.end(), [&](const auto& a, const auto& b) {
     if (rank(a) != rank(b)) return rank(a) < rank(b);
-    if (!by_tokens) return false;
-    if (op_rank(a.second) != op_rank(b.second)) return op_rank(a.second) < op_rank(b.second);
-    return group_tokens(a.second) < group_tokens(b.second);
+    if (!group_keys.count(a.second) || !group_keys.count(b.second)) return false;  // layer rows: as first seen
+    return sort_key(a.second) < sort_key(b.second);
   });
   for (const auto& k : acc.order) {
     if (!want.empty() && !want.count(k.first)) continue;
