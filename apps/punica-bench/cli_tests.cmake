@@ -19,6 +19,9 @@ pb_test(cli_run_help ${EXPECT} 0 "--sample-rows" -- ${PB} run --help)
 pb_test(cli_no_subcommand ${EXPECT} 2 - -- ${PB})
 pb_test(cli_bad_flag ${EXPECT} 2 - -- ${PB} run --no-such-flag)
 pb_test(cli_info ${EXPECT} 0 "ops:" -- ${PB} info)
+# The committed scenario schema is `punica-bench schema`'s output (generated from the registry).
+pb_test(cli_schema_committed sh -c "\"$1\" schema | diff -u \"$2\" - && echo schema-ok" sh ${PB}
+        ${SC}/schema/scenario.schema.json)
 pb_test(cli_version ${EXPECT} 0 "punica-bench [0-9]+[.][0-9]+[.][0-9]+ [(]git [0-9a-f]+" -- ${PB} --version)
 pb_test(cli_run_default ${EXPECT} 0 "# cases [0-9]+: pass [0-9]+, fail 0, skip 0, error 0" -- ${PB} run --backend cpu)
 pb_test(cli_list_default ${EXPECT} 0 "lora_shrink" -- ${PB} list)

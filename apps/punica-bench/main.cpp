@@ -17,6 +17,8 @@
 #include "apps/punica-bench/report.h"
 #include "apps/punica-bench/targets.h"
 #include "apps/punica-bench/runner.h"
+#include "apps/punica-bench/schema.h"
+#include "apps/punica-bench/registry.h"
 #include "apps/punica-bench/scenario.h"
 #include "kernels/common/error.h"
 
@@ -154,9 +156,17 @@ int cmd_info() {
   std::cout << version_line(t) << "\n";
   std::cout << "cuda runtime " << t["cuda_runtime"].get<std::string>() << ", nccl " << t["nccl"].get<std::string>()
             << ", compiler " << t["compiler"].get<std::string>() << "\n";
-  std::cout << "ops:";
-  for (auto& op : known_ops()) std::cout << " " << op << (is_registered_op(op) ? "" : "(not built)");
-  std::cout << "\nmodels:";
+  std::cout << "ops:\n";
+  for (const OpSpec* op : registered_op_specs()) {
+    std::cout << "  " << op->name << ": " << op->summary;
+    if (op->kernel_kinds) {
+      std::cout << " (--kernel kinds:";
+      for (const auto& k : op->kernel_kinds()) std::cout << " " << k;
+      std::cout << ")";
+    }
+    std::cout << "\n";
+  }
+  std::cout << "models:";
   for (auto& m : known_models()) std::cout << " " << m;
   std::cout << "\n";
   if (cuda_available()) {
@@ -218,55 +228,46 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
     ro.repro_prefix = pre;
   }
   Runner runner(*be, &dist, ro);
-  nlohmann::json doc;
-  doc["schema"] = "punica-bench.result/1";
-  doc["tool"] = tool_info();
-  doc["run"] = {{"started_at", iso_now()}, {"argv", argv}, {"backend", backend}, {"world_size", dist.size()},
-                {"launcher", mpi ? "mpirun" : "single"}, {"mpi", dist.mpi_version()},
-                {"options", {{"iters", o.iters}, {"warmup", o.warmup}, {"timing", timing}, {"sample_rows", o.sample_rows},
-                             {"nan_padding", o.nan_padding}, {"exact", o.exact}, {"seed", o.seed},
-                             {"axis_overrides", o.axes}, {"filter", o.filter}, {"kernels", kchoice.to_json()}}}};
-  nlohmann::json sj = nlohmann::json::array();
-  for (auto& s : scen) sj.push_back({{"path", s.path}, {"name", s.name}});
-  doc["run"]["scenarios"] = sj;
-  nlohmann::json env = nlohmann::json::object();
-  for (const char* k : {"CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "OMPI_COMM_WORLD_SIZE"})
-    if (const char* v = std::getenv(k)) env[k] = v;
-  doc["run"]["env"] = env;
+  RunHeader hdr;
+  hdr.started_at = iso_now();
+  hdr.argv = argv;
+  hdr.backend = backend;
+  hdr.world_size = dist.size();
+  hdr.launcher = mpi ? "mpirun" : "single";
+  hdr.mpi = dist.mpi_version();
+  hdr.options = {{"iters", o.iters}, {"warmup", o.warmup}, {"timing", timing}, {"sample_rows", o.sample_rows},
+                 {"nan_padding", o.nan_padding}, {"exact", o.exact}, {"seed", o.seed},
+                 {"axis_overrides", o.axes}, {"filter", o.filter}, {"kernels", kchoice.to_json()}};
+  for (auto& s : scen) hdr.scenarios.push_back({s.path, s.name});
   {
     nlohmann::json me = be->device_info();
     me["rank"] = dist.rank();
     me["local_rank"] = dist.local_rank();
     me["host"] = dist.host();
-    auto all = dist.gather_strings(me.dump());
-    doc["devices"] = nlohmann::json::array();
-    for (auto& s : all) doc["devices"].push_back(nlohmann::json::parse(s));
+    for (auto& s : dist.gather_strings(me.dump())) hdr.devices.push_back(nlohmann::json::parse(s));
   }
+  nlohmann::json doc = result_document(hdr);
   if (timing) {
     if (root && !o.quiet) std::fprintf(stderr, "# measuring ceilings (copy bandwidth, bf16 GEMM, graph node)...\n");
-    doc["run"]["ceilings"] = runner.measure_ceilings();
+    doc["run"]["ceilings"] = ceilings_record(runner.measure_ceilings());
   } else {
-    doc["run"]["ceilings"] = {{"copy_gb_per_s", nullptr}, {"gemm_bf16_tflops", nullptr}, {"graph_node_us", nullptr}};
+    doc["run"]["ceilings"] = ceilings_record(std::nullopt);
   }
-  doc["cases"] = nlohmann::json::array();
   int pass = 0, failn = 0, skip = 0, err = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     auto out = runner.run_case(cases[i], int(i), int(cases.size()));
     if (out.status == "pass") ++pass; else if (out.status == "fail") ++failn;
     else if (out.status == "skip") ++skip; else ++err;
-    doc["cases"].push_back(out.record);
+    doc["cases"].push_back(case_record(out));
     // A CUDA error is sticky: every later case would fail the same way. Stop here, say so.
-    if (out.status == "error" && backend == "cuda" &&
-        out.record.value("error", std::string()).rfind("CUDA error", 0) == 0) {
+    if (out.status == "error" && backend == "cuda" && out.error.rfind("CUDA error", 0) == 0) {
       std::fprintf(stderr, "punica-bench: stopping after a CUDA error; %zu case(s) not run\n",
                    cases.size() - i - 1);
       break;
     }
   }
   int rc = err ? 6 : failn ? 1 : (pass == 0 && skip > 0) ? 4 : 0;
-  doc["run"]["finished_at"] = iso_now();
-  doc["summary"] = {{"cases", cases.size()}, {"not_run", cases.size() - std::size_t(pass + failn + skip + err)}, {"pass", pass}, {"fail", failn}, {"skip", skip}, {"error", err},
-                    {"exit_code", rc}};
+  finish_result_document(doc, iso_now(), cases.size(), pass, failn, skip, err, rc);
   if (root) {
     if (o.output == "-") {
       write_json_atomic("-", doc, true);
@@ -301,6 +302,8 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand("validate", "Parse and validate scenario files (exit 2 on the first bad one)");
   validate->add_option("scenarios", vfiles, "Scenario JSON files")->required();
   auto* info = app.add_subcommand("info", "Build, library and device information; registered ops and models");
+  auto* schema = app.add_subcommand("schema", "Print the scenario JSON schema generated from the op registry "
+                                               "(scenarios/schema/scenario.schema.json is its output)");
   auto* check = app.add_subcommand("check", "Check every selected case against the reference (no timing)");
   add_common(check, check_o, true);
   auto* run = app.add_subcommand("run", "Check, then time every selected case against the floor and cuBLAS");
@@ -353,6 +356,10 @@ int main(int argc, char** argv) {
     if (*list) return cmd_list(list_o);
     if (*validate) return cmd_validate(vfiles);
     if (*info) return cmd_info();
+    if (*schema) {
+      std::cout << scenario_schema_text();
+      return 0;
+    }
     if (*check) return cmd_check_run(check_o, false, args);
     if (*run) return cmd_check_run(run_o, true, args);
     if (*compare) {

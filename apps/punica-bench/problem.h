@@ -1,4 +1,4 @@
-// The op registry (DESIGN §2): each op turns a Case into a Problem — named host tensors generated
+// What a registry entry (registry.h) makes of a case: a Problem — named host tensors generated
 // from the counter-based hash, how to run the op on a Backend, the reference (Eigen or naive
 // fp64), the bytes/FLOPs that must move, and the cuBLAS baseline shapes.
 #pragma once
@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 #include "apps/punica-bench/backend/backend.h"
+#include "kernels/lora_meta/lora_meta.h"
+#include "apps/punica-bench/registry.h"
 #include "apps/punica-bench/scenario.h"
 
 namespace punica::bench {
@@ -78,6 +80,9 @@ class Problem {
   virtual Baseline baseline() const { return {}; }
   virtual double rtol() const;
   virtual std::string describe() const { return ""; }  // one line for -v (besides the tensor shapes)
+  // The kernel plan the op runs for this case on the CUDA backend (recorded in the result as
+  // "plan"); empty where the op has a single path.
+  virtual std::string plan() const { return ""; }
 
   // Layer cases: parts of the forward timed like run() over the same rotated copies, reported as
   // timing.<name>_us ("base" = base GEMM alone, "lora" = the LoRA part with its collectives, and
@@ -104,9 +109,7 @@ struct ProblemOptions {
   bool exact = false;        // small-integer inputs: any mismatch is a real bug
 };
 
-// Registry
+// The registry entry of c.op makes the problem (registry.h).
 std::unique_ptr<Problem> make_problem(const Case& c, const ProblemOptions& o = {});
-bool is_registered_op(const std::string& op);
-std::vector<std::string> registered_ops();
 
 }  // namespace punica::bench

@@ -1,14 +1,13 @@
 // Result document, table, exporters and compare (see report.h).
 #include "apps/punica-bench/report.h"
-#include "apps/punica-bench/backend/kernel_choice.h"
+#include "apps/punica-bench/backend/backend.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
-#include <nccl.h>
-#include <cuda_runtime_api.h>
 #include <unistd.h>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +43,136 @@ const nlohmann::json& json_at(const nlohmann::json& j, std::initializer_list<con
   return *p;
 }
 
+namespace {
+nlohmann::json num_or_null(double v, bool ok) { return ok ? nlohmann::json(v) : nlohmann::json(nullptr); }
+}  // namespace
+
+nlohmann::json case_record(const CaseResult& r) {
+  using nlohmann::json;
+  const Case& c = *r.c;
+  json rec = {{"id", c.id}, {"op", c.op}, {"case", c.name}, {"params", c.params}, {"status", r.status},
+              {"skip_reason", r.skip_reason.empty() ? json(nullptr) : json(r.skip_reason)}};
+  rec["params"]["num_tokens"] = c.num_tokens;
+  rec["params"]["dtype"] = kernels::dtype_name(c.dtype);
+  rec["params"]["tp"] = c.tp;
+  rec["params"]["fully_sharded"] = c.fully_sharded;
+  rec["params"]["layer"] = c.layer.empty() ? json(nullptr) : json(c.layer);
+  if (r.status == "error") rec["error"] = r.error;
+  if (!r.plan.empty()) rec["plan"] = r.plan;
+  if (!r.repro.empty()) rec["repro"] = r.repro;
+  if (r.check) {
+    const CheckSummary& k = *r.check;
+    json chk = {{"mode", k.mode}, {"reference", k.reference}, {"rtol", k.rtol}, {"nelems", k.nelems},
+                {"nwrong", k.nwrong}, {"max_abs_err", k.max_abs_err}, {"max_rel_err", k.max_rel_err},
+                {"atol", k.atol}, {"guard_ok", k.guard_ok}, {"untouched_ok", k.untouched_ok},
+                {"sampled_rows", k.sampled_rows > 0 ? json(k.sampled_rows) : json(nullptr)}};
+    if (!k.first_mismatches.empty()) chk["first_mismatches"] = k.first_mismatches;
+    rec["check"] = chk;
+  }
+  if (r.work)
+    rec["work"] = {{"bytes", r.work->bytes}, {"flops", r.work->flops}, {"tokens", r.work->tokens},
+                   {"floor_us", r.floor_us}};
+  if (!r.timing) return rec;
+  const TimingResult& t = *r.timing;
+  const Stats& s = t.time;
+  const bool layer = !c.layer.empty();
+  json tj = {{"method", t.method}, {"cache", t.rotated_copies > 1 ? "cold" : "warm"},
+             {"rotated_copies", t.rotated_copies}, {"warmup_iters", t.warmup}, {"iters", t.iters},
+             {"rank_reduce", "max"},
+             {"time_us", {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min},
+                          {"max", s.max}, {"mean", s.mean}, {"stdev", s.stdev}}},
+             {"cv_pct", s.mean > 0 ? 100.0 * s.stdev / s.mean : 0.0},
+             {"noisy", s.mean > 0 && 100.0 * s.stdev / s.mean > 5.0},
+             {"batch_time_us", num_or_null(t.batch_us, t.batch_us >= 0)},
+             {"batch_mode", t.batch_mode}, {"batch_calls", t.batch_calls},
+             {"launches_held", t.launches_held}};
+  std::map<std::string, double> part_us;
+  for (const auto& [name, us] : t.part_us) {
+    part_us[name] = us;
+    tj[name + "_us"] = us;
+  }
+  for (const auto& [name, us] : t.part_batch_us) tj[name + "_batch_us"] = num_or_null(us, us >= 0);
+  const double work_bytes = r.work ? r.work->bytes : 0, floor_us = r.floor_us;
+  json m;
+  m["floor_fraction"] = num_or_null(floor_us / s.median, s.median > 0 && floor_us > 0);
+  m["gb_per_s"] = s.median > 0 ? work_bytes / (s.median * 1e3) : 0.0;
+  m["tflops"] = s.median > 0 && r.work ? r.work->flops / (s.median * 1e6) : 0.0;
+  m["tokens_per_s"] = s.median > 0 && r.work ? double(r.work->tokens) / (s.median * 1e-6) : 0.0;
+  m["speedup_vs_cublas"] = nullptr;
+  m["speedup_vs_cublas_grouped"] = nullptr;
+  m["copy_fraction"] = nullptr;
+  m["copy_batch_fraction"] = nullptr;
+  if (r.baseline) {
+    const BaselineResult& b = *r.baseline;
+    rec["baseline"] = {{"cublas_us", num_or_null(b.cublas_us, b.cublas_us >= 0)},
+                       {"cublas_grouped_us", num_or_null(b.cublas_grouped_us, b.cublas_grouped_us >= 0)},
+                       {"copy_us", num_or_null(b.copy_us, b.copy_us >= 0)},
+                       {"copy_batch_us", num_or_null(b.copy_batch_us, b.copy_batch_us >= 0)},
+                       {"launches_held", b.launches_held}};
+    if (b.cublas_us >= 0 && s.median > 0) m["speedup_vs_cublas"] = b.cublas_us / s.median;
+    if (b.cublas_grouped_us >= 0 && s.median > 0) m["speedup_vs_cublas_grouped"] = b.cublas_grouped_us / s.median;
+    // 1 = as fast as a copy of the same bytes; the floor fraction a copy itself reaches is
+    // work.floor_us / baseline.copy_us (`punica-bench targets` counts the cases where it meets 0.8)
+    m["copy_fraction"] = num_or_null(b.copy_us / s.median, b.copy_us >= 0 && s.median > 0);
+    m["copy_batch_fraction"] = num_or_null(b.copy_batch_us / t.batch_us, b.copy_batch_us >= 0 && t.batch_us > 0);
+  }
+  if (layer) {
+    tj["layer_us"] = s.median;
+    if (part_us.count("base")) {
+      const double base = part_us["base"];
+      m["lora_overhead_pct"] = base > 0 ? 100.0 * (s.median - base) / base : 0.0;
+    }
+    if (part_us.count("lora") && part_us["lora"] > 0) {
+      m["lora_floor_fraction"] = floor_us / part_us["lora"];
+      m["floor_fraction"] = floor_us / part_us["lora"];
+    }
+    json comm = json::array();
+    for (const auto& cm : r.comm) {
+      const double algbw = cm.time_us > 0 ? cm.bytes / (cm.time_us * 1e3) : 0;
+      const double factor = cm.op == "all_reduce" ? 2.0 * (cm.tp - 1) / cm.tp : double(cm.tp - 1) / cm.tp;
+      comm.push_back({{"op", cm.op}, {"bytes", cm.bytes}, {"tp", cm.tp},
+                      {"time_us", num_or_null(cm.time_us, cm.time_us > 0)},
+                      {"graph_time_us", num_or_null(cm.graph_time_us, cm.graph_time_us > 0)},
+                      {"algbw_gb_per_s", algbw}, {"busbw_gb_per_s", algbw * factor}});
+    }
+    rec["comm"] = comm;
+  }
+  rec["timing"] = tj;
+  rec["metrics"] = m;
+  return rec;
+}
+
+nlohmann::json result_document(const RunHeader& h) {
+  nlohmann::json doc;
+  doc["schema"] = "punica-bench.result/1";
+  doc["tool"] = tool_info();
+  doc["run"] = {{"started_at", h.started_at}, {"argv", h.argv}, {"backend", h.backend}, {"world_size", h.world_size},
+                {"launcher", h.launcher}, {"mpi", h.mpi}, {"options", h.options}};
+  nlohmann::json sj = nlohmann::json::array();
+  for (auto& [path, name] : h.scenarios) sj.push_back({{"path", path}, {"name", name}});
+  doc["run"]["scenarios"] = sj;
+  nlohmann::json env = nlohmann::json::object();
+  for (const char* k : {"CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "OMPI_COMM_WORLD_SIZE"})
+    if (const char* v = std::getenv(k)) env[k] = v;
+  doc["run"]["env"] = env;
+  doc["devices"] = h.devices;
+  doc["cases"] = nlohmann::json::array();
+  return doc;
+}
+
+nlohmann::json ceilings_record(const std::optional<Ceilings>& c) {
+  if (!c) return {{"copy_gb_per_s", nullptr}, {"gemm_bf16_tflops", nullptr}, {"graph_node_us", nullptr}};
+  return {{"copy_gb_per_s", c->copy_gb_per_s}, {"gemm_bf16_tflops", c->gemm_bf16_tflops},
+          {"graph_node_us", c->graph_node_us}};
+}
+
+void finish_result_document(nlohmann::json& doc, const std::string& finished_at, std::size_t cases, int pass,
+                            int fail, int skip, int error, int exit_code) {
+  doc["run"]["finished_at"] = finished_at;
+  doc["summary"] = {{"cases", cases}, {"not_run", cases - std::size_t(pass + fail + skip + error)},
+                    {"pass", pass}, {"fail", fail}, {"skip", skip}, {"error", error}, {"exit_code", exit_code}};
+}
+
 Stats stats(std::vector<double> v) {
   Stats s;
   if (v.empty()) return s;
@@ -59,10 +188,7 @@ Stats stats(std::vector<double> v) {
 }
 
 nlohmann::json tool_info() {
-  int rt = 0;
-  cudaRuntimeGetVersion(&rt);
-  int nccl = 0;
-  ncclGetVersion(&nccl);
+  const ToolkitVersions v = toolkit_versions();
   return {{"name", "punica-bench"},
           {"version", PUNICA_VERSION},
           {"git_sha", PUNICA_GIT_SHA},
@@ -70,9 +196,8 @@ nlohmann::json tool_info() {
           {"build_type", PUNICA_BUILD_TYPE},
           {"cuda_archs", PUNICA_CUDA_ARCHS},
           {"compiler", PUNICA_COMPILER},
-          {"cuda_runtime", std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10)},
-          {"nccl", std::to_string(nccl / 10000) + "." + std::to_string((nccl / 100) % 100) + "." +
-                       std::to_string(nccl % 100)}};
+          {"cuda_runtime", v.cuda_runtime},
+          {"nccl", v.nccl}};
 }
 
 void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool overwrite) {

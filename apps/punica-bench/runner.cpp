@@ -154,22 +154,20 @@ CompareResult compare_tensor(const HostTensor& t, const void* actual, const void
 
 Runner::Runner(Backend& be, Dist* dist, RunOptions opt) : be_(be), dist_(dist), opt_(std::move(opt)) {}
 
-nlohmann::json Runner::measure_ceilings() {
+Ceilings Runner::measure_ceilings() {
   ceil_ = be_.measure_ceilings();
   if (dist_ && dist_->size() > 1) {  // the slowest rank's ceiling is the one that binds
     ceil_.copy_gb_per_s = -dist_->allreduce_max(-ceil_.copy_gb_per_s);
     ceil_.gemm_bf16_tflops = -dist_->allreduce_max(-ceil_.gemm_bf16_tflops);
     ceil_.graph_node_us = dist_->allreduce_max(ceil_.graph_node_us);
   }
-  return {{"copy_gb_per_s", ceil_.copy_gb_per_s},
-          {"gemm_bf16_tflops", ceil_.gemm_bf16_tflops},
-          {"graph_node_us", ceil_.graph_node_us}};
+  return ceil_;
 }
 
-CaseOutcome Runner::run_case(const Case& c, int index, int total) {
+CaseResult Runner::run_case(const Case& c, int index, int total) {
   const bool root = !dist_ || dist_->rank() == 0;
   const int world = dist_ ? dist_->size() : 1;
-  CaseOutcome out;
+  CaseResult out;
   std::string err;
   if (root && opt_.verbose >= 0) {
     std::fprintf(stderr, "[%3d/%d] RUN  %s\n", index + 1, total, c.id.c_str());
@@ -194,84 +192,73 @@ CaseOutcome Runner::run_case(const Case& c, int index, int total) {
       // Other ranks may be inside a collective of this case: never leave them hanging.
       dist_->abort(6, "error in case " + c.id + ": " + err);
     }
+    out = CaseResult{};
+    out.c = &c;
     out.status = "error";
-    out.record = {{"id", c.id}, {"op", c.op}, {"params", c.params}, {"status", "error"}, {"skip_reason", nullptr},
-                  {"error", err}};
+    out.error = err;
   }
   if (dist_ && opt_.timeout_s > 0) dist_->disarm();
   // Rank agreement: every case ends with an all-reduce of the status word and the wrong counts.
   if (dist_ && world > 1) {
     auto code = [](const std::string& s) { return s == "error" ? 3 : s == "fail" ? 2 : s == "pass" ? 1 : 0; };
     int worst = dist_->allreduce_max(code(out.status));
-    int64_t nwrong = out.record.contains("check") ? out.record["check"].value("nwrong", int64_t(0)) : 0;
+    int64_t nwrong = out.check ? int64_t(out.check->nwrong) : 0;
     int64_t total_wrong = dist_->allreduce_sum(nwrong);
     static const char* names[] = {"skip", "pass", "fail", "error"};
     out.status = names[worst];
-    out.record["status"] = out.status;
-    if (out.record.contains("check")) out.record["check"]["nwrong"] = total_wrong;
+    if (out.check) out.check->nwrong = std::size_t(total_wrong);
   }
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (root && opt_.verbose >= 0) {
     std::string line;
-    const auto& r = out.record;
-    if (out.status == "skip") line = "SKIP " + r.value("skip_reason", std::string());
-    else if (out.status == "error") line = "ERROR " + r.value("error", err);
+    if (out.status == "skip") line = "SKIP " + out.skip_reason;
+    else if (out.status == "error") line = "ERROR " + (out.error.empty() ? err : out.error);
     else {
       line = out.status == "pass" ? "PASS" : "FAIL";
-      if (r.contains("check")) {
-        line += " nwrong=" + std::to_string(r["check"].value("nwrong", int64_t(0))) + "/" +
-                std::to_string(r["check"].value("nelems", int64_t(0))) +
-                " max_rel=" + fmt(r["check"].value("max_rel_err", 0.0), 2);
-        if (out.status == "fail" && r["check"].contains("first_mismatches"))
-          for (auto& m : r["check"]["first_mismatches"]) line += "\n         " + m.get<std::string>();
+      if (out.check) {
+        line += " nwrong=" + std::to_string(out.check->nwrong) + "/" + std::to_string(out.check->nelems) +
+                " max_rel=" + fmt(out.check->max_rel_err, 2);
+        if (out.status == "fail")
+          for (auto& m : out.check->first_mismatches) line += "\n         " + m;
       }
-      if (r.contains("timing") && r["timing"].contains("time_us")) {
-        line += "  " + fmt(r["timing"]["time_us"].value("median", 0.0), 4) + " us";
-        if (r.contains("metrics") && r["metrics"].contains("floor_fraction") && !r["metrics"]["floor_fraction"].is_null())
-          line += "  floor " + fmt(r["metrics"]["floor_fraction"].get<double>() * 100, 3) + "%";
+      if (out.timing) {
+        const nlohmann::json rec = case_record(out);  // the floor fraction as the result states it
+        line += "  " + fmt(out.timing->time.median, 4) + " us";
+        const auto& ff = json_at(rec, {"metrics", "floor_fraction"});
+        if (ff.is_number()) line += "  floor " + fmt(ff.get<double>() * 100, 3) + "%";
       }
     }
     std::fprintf(stderr, "[%3d/%d] %s  (%.2fs)\n", index + 1, total, line.c_str(), wall);
     if (opt_.print_repro) std::fprintf(stderr, "         repro: %s -f '^%s$'\n", opt_.repro_prefix.c_str(), c.id.c_str());
     std::fflush(stderr);
   }
-  if (opt_.print_repro) out.record["repro"] = opt_.repro_prefix + " -f '^" + c.id + "$'";
+  if (opt_.print_repro) out.repro = opt_.repro_prefix + " -f '^" + c.id + "$'";
   return out;
 }
 
-CaseOutcome Runner::run_case_impl(const Case& c) {
-  CaseOutcome out;
-  auto& rec = out.record;
-  rec = {{"id", c.id}, {"op", c.op}, {"case", c.name}, {"params", c.params}, {"skip_reason", nullptr}};
-  rec["params"]["num_tokens"] = c.num_tokens;
-  rec["params"]["dtype"] = kernels::dtype_name(c.dtype);
-  rec["params"]["tp"] = c.tp;
-  rec["params"]["fully_sharded"] = c.fully_sharded;
-  rec["params"]["layer"] = c.layer.empty() ? nullptr : nlohmann::json(c.layer);
+CaseResult Runner::run_case_impl(const Case& c) {
+  CaseResult out;
+  out.c = &c;
   if (!c.skip_reason.empty()) {
     out.status = "skip";
-    rec["status"] = "skip";
-    rec["skip_reason"] = c.skip_reason;
+    out.skip_reason = c.skip_reason;
     return out;
   }
   if (!is_registered_op(c.op)) {
     out.status = "skip";
-    rec["status"] = "skip";
-    rec["skip_reason"] = "op '" + c.op + "' is not implemented in this build";
+    out.skip_reason = "op '" + c.op + "' is not implemented in this build";
     return out;
   }
   const int world = dist_ ? dist_->size() : 1;
   if (c.tp > world) {
     out.status = "skip";
-    rec["status"] = "skip";
-    rec["skip_reason"] = "tp=" + std::to_string(c.tp) + " needs " + std::to_string(c.tp) + " ranks (" +
+    out.skip_reason = "tp=" + std::to_string(c.tp) + " needs " + std::to_string(c.tp) + " ranks (" +
                          (be_.name() == "cuda" ? "GPUs" : "processes") + "), " + std::to_string(world) + " launched";
     return out;
   }
   if (world % c.tp != 0) {
     out.status = "skip";
-    rec["status"] = "skip";
-    rec["skip_reason"] = "tp=" + std::to_string(c.tp) + " does not divide the " + std::to_string(world) + " launched ranks";
+    out.skip_reason = "tp=" + std::to_string(c.tp) + " does not divide the " + std::to_string(world) + " launched ranks";
     return out;
   }
   ProblemOptions po;
@@ -343,13 +330,14 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   const bool naive = be_.name() == "cpu";
   P.reference(host_ptrs, naive);
   auto row_filter = [&](int64_t row) { return sampled.empty() || (row < int64_t(sampled.size()) && sampled[std::size_t(row)]); };
-  nlohmann::json chk = {{"mode", opt_.exact ? "exact" : "tolerance"},
-                        {"reference", naive ? "naive_fp64" : "eigen"},
-                        {"rtol", P.rtol()}};
+  CheckSummary chk;
+  chk.mode = opt_.exact ? "exact" : "tolerance";
+  chk.reference = naive ? "naive_fp64" : "eigen";
+  chk.rtol = P.rtol();
   std::size_t nelems = 0, nwrong = 0;
   double max_abs = 0, max_rel = 0, atol = 0;
   bool untouched_ok = true;
-  nlohmann::json mism = nlohmann::json::array();
+  std::vector<std::string> mism;
   for (std::size_t i = 0; i < P.tensors.size(); ++i) {
     const auto& t = P.tensors[i];
     if (t.role != Role::output) continue;
@@ -361,20 +349,21 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
     for (auto& m : r.first_mismatches) mism.push_back(m);
   }
   if (!guard_ok) ++nwrong;
-  chk["nelems"] = nelems; chk["nwrong"] = nwrong; chk["max_abs_err"] = max_abs; chk["max_rel_err"] = max_rel;
-  chk["atol"] = atol; chk["guard_ok"] = guard_ok; chk["untouched_ok"] = untouched_ok;
-  chk["sampled_rows"] = sampled.empty() ? nlohmann::json(nullptr) : nlohmann::json(opt_.sample_rows);
-  if (!mism.empty()) chk["first_mismatches"] = mism;
-  if (!guard_ok) chk["first_mismatches"].push_back("guard region before/after an output was overwritten");
-  rec["check"] = chk;
+  chk.nelems = nelems; chk.nwrong = nwrong; chk.max_abs_err = max_abs; chk.max_rel_err = max_rel;
+  chk.atol = atol; chk.guard_ok = guard_ok; chk.untouched_ok = untouched_ok;
+  chk.sampled_rows = sampled.empty() ? 0 : opt_.sample_rows;
+  chk.first_mismatches = mism;
+  if (!guard_ok) chk.first_mismatches.push_back("guard region before/after an output was overwritten");
+  out.check = chk;
   out.status = nwrong == 0 ? "pass" : "fail";
-  rec["status"] = out.status;
+  out.plan = P.plan();
 
   if (!opt_.dump_dir.empty() && (opt_.dump_all || out.status != "pass") && (!dist_ || dist_->rank() == 0)) {
     std::string dir = opt_.dump_dir + "/" + safe_name(c.id);
     std::filesystem::create_directories(dir);
+    const nlohmann::json rec = case_record(out);
     nlohmann::json man = {{"id", c.id}, {"op", c.op}, {"params", rec["params"]}, {"status", out.status},
-                          {"check", chk}, {"tensors", nlohmann::json::array()}};
+                          {"check", rec["check"]}, {"tensors", nlohmann::json::array()}};
     for (std::size_t i = 0; i < P.tensors.size(); ++i) {
       const auto& t = P.tensors[i];
       if (t.role == Role::scratch) continue;
@@ -389,7 +378,8 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
 
   Work w = P.work();
   double floor_us = ceil_.copy_gb_per_s > 0 ? w.bytes / (ceil_.copy_gb_per_s * 1e3) : 0.0;
-  rec["work"] = {{"bytes", w.bytes}, {"flops", w.flops}, {"tokens", w.tokens}, {"floor_us", floor_us}};
+  out.work = CaseResult::Work{w.bytes, w.flops, w.tokens};
+  out.floor_us = floor_us;
   if (!opt_.timing || out.status != "pass") return out;
 
   // ---------------- timing ----------------
@@ -415,31 +405,20 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
   // true on every rank only when it is true on each (a collective: every rank calls it alike)
   auto on_all_ranks = [&](bool v) { return dist_ && dist_->size() > 1 ? dist_->allreduce_max(v ? 0.0 : 1.0) == 0.0 : v; };
   if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(times);  // slowest rank per iteration
-  Stats s = stats(times);
-  int calls = std::max<int>(opt_.batch_calls, int(copies));
-  double batch = be_.time_batch(calls, 5, [&](int i) { P.run(be_, sets[std::size_t(i) % copies].ptrs); });
-  if (dist_ && dist_->size() > 1) batch = dist_->allreduce_max(batch);
-  rec["timing"] = {{"method", be_.timing_method()}, {"cache", copies > 1 ? "cold" : "warm"},
-                   {"rotated_copies", copies}, {"warmup_iters", warmup}, {"iters", iters},
-                   {"rank_reduce", "max"},
-                   {"time_us", {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min},
-                                {"max", s.max}, {"mean", s.mean}, {"stdev", s.stdev}}},
-                   {"cv_pct", s.mean > 0 ? 100.0 * s.stdev / s.mean : 0.0},
-                   {"noisy", s.mean > 0 && 100.0 * s.stdev / s.mean > 5.0},
-                   {"batch_time_us", batch >= 0 ? nlohmann::json(batch) : nlohmann::json(nullptr)},
-                   {"batch_mode", be_.name() == "cuda" ? "cuda_graph" : "loop"},
-                   {"batch_calls", calls}};
-  nlohmann::json m;
-  m["floor_fraction"] = s.median > 0 && floor_us > 0 ? nlohmann::json(floor_us / s.median) : nlohmann::json(nullptr);
-  m["gb_per_s"] = s.median > 0 ? w.bytes / (s.median * 1e3) : 0.0;
-  m["tflops"] = s.median > 0 ? w.flops / (s.median * 1e6) : 0.0;
-  m["tokens_per_s"] = s.median > 0 ? double(w.tokens) / (s.median * 1e-6) : 0.0;
-  m["speedup_vs_cublas"] = nullptr;
-  m["speedup_vs_cublas_grouped"] = nullptr;
-  m["copy_fraction"] = nullptr;
-  m["copy_batch_fraction"] = nullptr;
+  TimingResult tr;
+  tr.time = stats(times);
+  tr.method = be_.timing_method();
+  tr.rotated_copies = copies;
+  tr.warmup = warmup;
+  tr.iters = iters;
+  tr.batch_calls = std::max<int>(opt_.batch_calls, int(copies));
+  const int calls = tr.batch_calls;
+  tr.batch_us = be_.time_batch(calls, 5, [&](int i) { P.run(be_, sets[std::size_t(i) % copies].ptrs); });
+  if (dist_ && dist_->size() > 1) tr.batch_us = dist_->allreduce_max(tr.batch_us);
+  tr.batch_mode = be_.name() == "cuda" ? "cuda_graph" : "loop";
   if (opt_.baselines && be_.name() == "cuda") {
     Baseline bl = P.baseline();
+    BaselineResult br;
     double dense = 0;
     bool ok = !bl.dense.empty(), bheld = true;  // bheld: every timed baseline loop ran behind a hold
     for (auto& g : bl.dense) {
@@ -455,29 +434,20 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
     Backend::CopyBaseline cp = be_.baseline_copy_us(std::size_t(std::max(0.0, w.bytes)), iters, calls);
     if (cp.cold_us >= 0) bheld = bheld && be_.last_timing_held();
     if (dist_ && dist_->size() > 1) { cp.cold_us = dist_->allreduce_max(cp.cold_us); cp.batch_us = dist_->allreduce_max(cp.batch_us); }
-    bheld = on_all_ranks(bheld);
-    rec["baseline"] = {{"cublas_us", ok ? nlohmann::json(dense) : nlohmann::json(nullptr)},
-                       {"cublas_grouped_us", grouped >= 0 ? nlohmann::json(grouped) : nlohmann::json(nullptr)},
-                       {"copy_us", cp.cold_us >= 0 ? nlohmann::json(cp.cold_us) : nlohmann::json(nullptr)},
-                       {"copy_batch_us", cp.batch_us >= 0 ? nlohmann::json(cp.batch_us) : nlohmann::json(nullptr)},
-                       {"launches_held", bheld}};
-    if (ok && s.median > 0) m["speedup_vs_cublas"] = dense / s.median;
-    if (grouped >= 0 && s.median > 0) m["speedup_vs_cublas_grouped"] = grouped / s.median;
-    // 1 = as fast as a copy of the same bytes; the floor fraction a copy itself reaches is
-    // work.floor_us / baseline.copy_us (`punica-bench targets` counts the cases where it meets 0.8)
-    m["copy_fraction"] = cp.cold_us >= 0 && s.median > 0 ? nlohmann::json(cp.cold_us / s.median) : nlohmann::json(nullptr);
-    m["copy_batch_fraction"] =
-        cp.batch_us >= 0 && batch > 0 ? nlohmann::json(cp.batch_us / batch) : nlohmann::json(nullptr);
+    br.launches_held = on_all_ranks(bheld);
+    br.cublas_us = ok ? dense : -1;
+    br.cublas_grouped_us = grouped;
+    br.copy_us = cp.cold_us;
+    br.copy_batch_us = cp.batch_us;
+    out.baseline = br;
   }
   // Layer cases: time the parts (base GEMM alone, LoRA part, each collective) the same way.
   auto parts = P.parts();
-  std::map<std::string, double> part_us, part_batch_us;
   for (auto& part : parts) {
     auto pt = be_.time_iterations(warmup, iters, [&](int i) { part.body(be_, sets[std::size_t(i) % copies].ptrs); });
     held = held && be_.last_timing_held();
     if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(pt);
-    part_us[part.name] = stats(pt).median;
-    rec["timing"][part.name + "_us"] = part_us[part.name];
+    tr.part_us.push_back({part.name, stats(pt).median});
     // Collectives are also timed back to back inside one CUDA graph (vLLM captures its decode
     // forward in graphs; issue 4's decode all_gather target is graph-captured).
     if (part.name.rfind("comm_", 0) == 0) {
@@ -488,38 +458,24 @@ CaseOutcome Runner::run_case_impl(const Case& c) {
         b = -1;  // capture unsupported here: report null, keep going (every rank takes this path)
       }
       if (dist_ && dist_->size() > 1) b = dist_->allreduce_max(b);
-      rec["timing"][part.name + "_batch_us"] = b >= 0 ? nlohmann::json(b) : nlohmann::json(nullptr);
-      part_batch_us[part.name] = b;
+      tr.part_batch_us[part.name] = b;
     }
   }
   // CUDA: every timed loop of the case (the op or layer, each part) waited behind a hold on every
   // rank, so no host launch gap is inside an event pair (kernels/common/stream_hold.h); false on the
   // CPU backend and after a hold that gave up
-  rec["timing"]["launches_held"] = on_all_ranks(held);
-  if (c.op == "layer") {
-    rec["timing"]["layer_us"] = s.median;
-    if (part_us.count("base")) {
-      double base = part_us["base"];
-      m["lora_overhead_pct"] = base > 0 ? 100.0 * (s.median - base) / base : 0.0;
-    }
-    if (part_us.count("lora") && part_us["lora"] > 0) {
-      m["lora_floor_fraction"] = floor_us / part_us["lora"];
-      m["floor_fraction"] = floor_us / part_us["lora"];
-    }
-    nlohmann::json comm = nlohmann::json::array();
-    for (auto& cm : P.comms()) {
-      double t = part_us.count(cm.part) ? part_us[cm.part] : -1;
-      double algbw = t > 0 ? cm.bytes / (t * 1e3) : 0;
-      double factor = cm.op == "all_reduce" ? 2.0 * (cm.tp - 1) / cm.tp : double(cm.tp - 1) / cm.tp;
-      double tb = part_batch_us.count(cm.part) ? part_batch_us[cm.part] : -1;
-      comm.push_back({{"op", cm.op}, {"bytes", cm.bytes}, {"tp", cm.tp},
-                      {"time_us", t > 0 ? nlohmann::json(t) : nlohmann::json(nullptr)},
-                      {"graph_time_us", tb > 0 ? nlohmann::json(tb) : nlohmann::json(nullptr)},
-                      {"algbw_gb_per_s", algbw}, {"busbw_gb_per_s", algbw * factor}});
-    }
-    rec["comm"] = comm;
+  tr.launches_held = on_all_ranks(held);
+  for (auto& cm : P.comms()) {
+    CommResult r;
+    r.op = cm.op;
+    r.bytes = cm.bytes;
+    r.tp = cm.tp;
+    for (auto& [name, us] : tr.part_us)
+      if (name == cm.part) r.time_us = us;
+    if (tr.part_batch_us.count(cm.part)) r.graph_time_us = tr.part_batch_us[cm.part];
+    out.comm.push_back(r);
   }
-  rec["metrics"] = m;
+  out.timing = tr;
   return out;
 }
 

@@ -3,12 +3,15 @@
 // graph of >= 16 calls), with the floor, the cuBLAS baselines and rank agreement after every case.
 #pragma once
 #include <functional>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "apps/punica-bench/backend/backend.h"
 #include "apps/punica-bench/problem.h"
+#include "apps/punica-bench/case_result.h"
 #include "apps/punica-bench/scenario.h"
 
 namespace punica::bench {
@@ -32,21 +35,16 @@ struct RunOptions {
   bool print_repro = false;
 };
 
-struct CaseOutcome {
-  nlohmann::json record;
-  std::string status;  // pass | fail | skip | error
-};
-
 class Runner {
  public:
   Runner(Backend& be, Dist* dist, RunOptions opt);
   // Measures the run's ceilings (rank 0's view, max/min agreed over ranks).
-  nlohmann::json measure_ceilings();
-  CaseOutcome run_case(const Case& c, int index, int total);
+  Ceilings measure_ceilings();
+  CaseResult run_case(const Case& c, int index, int total);
   const Ceilings& ceilings() const { return ceil_; }
 
  private:
-  CaseOutcome run_case_impl(const Case& c);
+  CaseResult run_case_impl(const Case& c);
   Backend& be_;
   Dist* dist_;
   RunOptions opt_;

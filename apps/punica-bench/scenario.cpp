@@ -17,6 +17,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/hash_rng.h"
+#include "apps/punica-bench/registry.h"
 
 namespace punica::bench {
 namespace {
@@ -25,22 +26,39 @@ using json = nlohmann::json;
 
 const char* const kSchema = "punica-bench.scenario/1";
 
-// Canonical field order: lists cross in this order (first = outermost loop) and declared axes
-// appear in case ids in this order.
-const std::vector<std::string> kFields = {
-    "name", "op", "model", "module", "layer", "hidden", "slices", "num_slices", "num_heads",
+// The shared fields in canonical order (order = 10 x index; the registry's op fields slot in by
+// their own order): lists cross in this order (first = outermost loop) and declared axes appear in
+// case ids in this order.
+const std::vector<std::string> kSharedFields = {
+    "name", "op", "model", "module", "", "hidden", "slices", "num_slices", "num_heads",
     "num_kv_heads", "head_dim", "vocab", "out_features", "phase", "num_requests",
     "tokens_per_request", "num_tokens", "max_loras", "num_adapters", "active_loras_hint", "ranks", "max_rank",
     "popularity", "no_lora_fraction", "none_slices", "scale", "add_inputs", "offset_start", "dtype",
     "intermediate_dtype", "tp", "fully_sharded", "seed", "warmup", "iters"};
 
-const std::vector<std::string> kOps = {"lora_meta",          "lora_shrink",
-                                       "lora_expand",        "add_lora_linear",
-                                       "add_lora_embedding", "add_lora_logits",
-                                       "apply_lora_full_linear", "layer"};
+// Every field, shared and op-introduced, in canonical order (built after the entries registered).
+const std::vector<std::string>& all_fields() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::pair<int, std::string>> f;
+    for (size_t i = 0; i < kSharedFields.size(); ++i)
+      if (!kSharedFields[i].empty()) f.push_back({int(i) * 10, kSharedFields[i]});
+    for (const auto& o : registered_op_fields()) f.push_back({o.order, o.name});
+    std::stable_sort(f.begin(), f.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::string> out;
+    for (auto& e : f) out.push_back(e.second);
+    return out;
+  }();
+  return v;
+}
+#define kFields all_fields()
+const FieldSpec* op_field(const std::string& key) {
+  static const std::vector<FieldSpec> v = registered_op_fields();
+  for (const auto& f : v)
+    if (f.name == key) return &f;
+  return nullptr;
+}
+
 const std::vector<std::string> kModules = {"qkv", "o", "gate_up", "down", "embedding", "lm_head"};
-const std::vector<std::string> kLayers = {"replicated", "column", "merged_column", "qkv",
-                                          "merged_qkv", "row", "vocab_embedding", "logits"};
 const std::vector<std::string> kPopularity = {"uniform", "zipf", "sorted", "round_robin"};
 const std::vector<std::string> kPhases = {"prefill", "decode"};
 const std::vector<std::string> kTopKeys = {"schema", "name", "description", "defaults", "cases"};
@@ -64,7 +82,9 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 // Fields whose single value is itself a list: they cross only when given a list of lists.
+const FieldSpec* op_field(const std::string& key);
 bool list_valued(const std::string& k) {
+  if (const FieldSpec* f = op_field(k)) return f->list_valued;
   return k == "slices" || k == "ranks" || k == "none_slices";
 }
 bool timing_only(const std::string& k) { return k == "warmup" || k == "iters"; }
@@ -215,6 +235,28 @@ struct Alt {
   std::string path;  // JSON path ("/cases/3/tp/1") or the CLI spot ("-a tp")
 };
 
+// A value of an op-introduced field against its registered schema (the subset the entries use:
+// string enums, bounded integers and numbers, booleans, lists of bounded integers).
+void check_by_schema(const std::string& file, const std::string& p, const json& v, const json& sch) {
+  const std::string type = sch.value("type", "");
+  auto lo = [&](const json& s, double d) { return s.contains("minimum") ? s["minimum"].get<double>() : d; };
+  auto hi = [&](const json& s, double d) { return s.contains("maximum") ? s["maximum"].get<double>() : d; };
+  if (type == "string") {
+    if (sch.contains("enum")) want_enum(file, p, v, sch["enum"].get<std::vector<std::string>>());
+    else want_string(file, p, v);
+  } else if (type == "integer") {
+    want_int(file, p, v, int64_t(lo(sch, 0)), int64_t(hi(sch, double(kMaxSize))));
+  } else if (type == "number") {
+    const std::string range = "a number in [" + fmt_double(lo(sch, -1e30)) + ", " + fmt_double(hi(sch, 1e30)) + "]";
+    want_number(file, p, v, lo(sch, -1e30), hi(sch, 1e30), range.c_str());
+  } else if (type == "boolean") {
+    want_bool(file, p, v);
+  } else if (type == "array") {
+    const json& it = sch.value("items", json::object());
+    want_int_list(file, p, v, int64_t(lo(it, 0)), int64_t(hi(it, double(kMaxSize))), sch.value("minItems", 0) == 0);
+  }
+}
+
 // Type- and range-check a single (already un-crossed) value of a field.
 void check_value(const std::string& file, const std::string& key, const Alt& a) {
   const json& v = a.v;
@@ -224,13 +266,11 @@ void check_value(const std::string& file, const std::string& key, const Alt& a) 
     if (s.empty() || s.find_first_of("/ \t\n=") != std::string::npos)
       bad(file, p, "expected a non-empty name without '/', '=' or spaces" + got(v));
   } else if (key == "op") {
-    want_enum(file, p, v, kOps);
+    want_enum(file, p, v, registered_ops());
   } else if (key == "model") {
     want_enum(file, p, v, known_models());
   } else if (key == "module") {
     want_enum(file, p, v, kModules);
-  } else if (key == "layer") {
-    want_enum(file, p, v, kLayers);
   } else if (key == "phase") {
     want_enum(file, p, v, kPhases);
   } else if (key == "hidden" || key == "vocab" || key == "out_features") {
@@ -267,6 +307,8 @@ void check_value(const std::string& file, const std::string& key, const Alt& a) 
   } else if (key == "seed") {
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
       bad(file, p, "expected a non-negative integer" + got(v));
+  } else if (const FieldSpec* f = op_field(key)) {
+    check_by_schema(file, p, v, f->value_schema);
   }
 }
 
@@ -308,7 +350,7 @@ std::string id_value(const std::string& key, const json& v) {
 }
 
 // Builds one crossed case: resolves sizes, applies the combination rules, renders the id.
-class CaseBuilder {
+class CaseBuilder final : public CaseContext {
  public:
   struct Pick {
     Alt alt;
@@ -320,45 +362,52 @@ class CaseBuilder {
 
   Case build();
 
- private:
-  bool has(const char* k) const { return f_.count(k) != 0; }
-  const json& v(const char* k) const { return f_.at(k).alt.v; }
-  std::string path(const char* k) const { return has(k) ? f_.at(k).alt.path : case_path_; }
-  int64_t i64(const char* k, int64_t dflt) const {
+  // CaseContext (the registry entries' hooks)
+  Case& c() override { return c_; }
+  bool has(const std::string& k) const override { return f_.count(k) != 0; }
+  int64_t i64(const std::string& k, int64_t dflt) const override {
     return has(k) ? (v(k).is_number_unsigned() ? int64_t(v(k).get<uint64_t>()) : v(k).get<int64_t>())
                   : dflt;
   }
-  std::string str(const char* k) const { return has(k) ? v(k).get<std::string>() : std::string(); }
-  std::vector<int64_t> list(const char* k) const {
-    return has(k) ? want_int_list(file_, path(k), v(k), 0, kMaxSize, true) : std::vector<int64_t>{};
-  }
-  void skip(const std::string& why) {
+  const json& value(const std::string& k) const override { return v(k); }
+  void skip(const std::string& why) override {
     if (c_.skip_reason.empty()) c_.skip_reason = why;
   }
   // A combination rule between fields: a skip if any of them is crossed (the combination exists
   // only because lists crossed), else an error at the first of them that was written.
-  void problem(const std::string& why, std::initializer_list<const char*> keys) {
-    for (const char* k : keys)
+  void problem(const std::string& why, const std::vector<std::string>& keys) override {
+    for (const auto& k : keys)
       if (has(k) && f_.at(k).crossed) return skip(why);
-    for (const char* k : keys)
+    for (const auto& k : keys)
       if (has(k)) bad(file_, path(k), why);
     bad(file_, case_path_, why);
   }
-  [[noreturn]] void missing(const std::string& what) {
+  [[noreturn]] void missing(const std::string& what) override {
     bad(file_, case_path_, "missing required field " + what + " for op " + c_.op +
-                               (c_.op == "layer" ? " (layer " + c_.layer + ")" : std::string()));
+                               (c_.layer.empty() ? std::string() : " (layer " + c_.layer + ")"));
+  }
+  std::string id_value(const std::string& key, const json& v) const override {
+    return punica::bench::id_value(key, v);
+  }
+
+ private:
+  const json& v(const std::string& k) const { return f_.at(k).alt.v; }
+  std::string path(const std::string& k) const { return has(k) ? f_.at(k).alt.path : case_path_; }
+  std::string str(const char* k) const { return has(k) ? v(k).get<std::string>() : std::string(); }
+  std::vector<int64_t> list(const char* k) const {
+    return has(k) ? want_int_list(file_, path(k), v(k), 0, kMaxSize, true) : std::vector<int64_t>{};
   }
   void resolve_batch();
   void resolve_adapters();
   void resolve_shapes();
   void applicability();
-  void layer_tp_rules();
 
   const std::string& file_;
   std::string case_path_;
   std::map<std::string, Pick> f_;
   Case c_;
   const ModelPreset* model_ = nullptr;
+  const OpSpec* spec_ = nullptr;
 };
 
 void CaseBuilder::resolve_batch() {
@@ -411,10 +460,6 @@ void CaseBuilder::resolve_adapters() {
   c_.scale = has("scale") ? float(v("scale").get<double>()) : 1.0f;
   c_.add_inputs = has("add_inputs") ? v("add_inputs").get<bool>() : true;
   c_.active_loras_hint = has("active_loras_hint") ? v("active_loras_hint").get<bool>() : false;
-  if (c_.active_loras_hint && c_.op != "lora_shrink" && c_.op != "lora_expand" && c_.op != "add_lora_linear")
-    problem("expected active_loras_hint only with op lora_shrink, lora_expand or add_lora_linear (the ops whose "
-            "launch rules take num_active_loras), got op " + c_.op,
-            {"active_loras_hint", "op"});
   c_.offset_start = i64("offset_start", 0);
   if (has("dtype")) c_.dtype = want_dtype(file_, path("dtype"), v("dtype"));
   if (has("intermediate_dtype"))
@@ -483,21 +528,21 @@ void CaseBuilder::resolve_shapes() {
   if (has("num_heads")) nh = int(i64("num_heads", 0));
   if (has("num_kv_heads")) nkv = int(i64("num_kv_heads", 0));
   if (has("head_dim")) hd = int(i64("head_dim", 0));
-  c_.out_features = i64("out_features", op == "apply_lora_full_linear" ? 8 : 0);
+  c_.out_features = i64("out_features", 0);
+  c_.hidden = hidden;
+  c_.vocab = vocab;
+  c_.num_heads = nh;
+  c_.num_kv_heads = nkv;
+  c_.head_dim = hd;
+  // The op's own defaults (and the slices it implies when the case names none).
+  std::vector<int64_t> op_slices = spec_->defaults ? spec_->defaults(*this) : std::vector<int64_t>{};
   if (has("slices")) {
     slices = list("slices");
   } else if (module.empty()) {
-    bool qkv_layer = op == "layer" && (layer == "qkv" || layer == "merged_qkv");
     if (has("num_slices")) {
       if (hidden > 0) slices.assign(size_t(i64("num_slices", 1)), hidden);
-    } else if (op == "add_lora_embedding" || (op == "layer" && layer == "vocab_embedding")) {
-      if (hidden > 0) slices = {hidden};
-    } else if (op == "add_lora_logits" || (op == "layer" && layer == "logits")) {
-      if (vocab > 0) slices = {vocab};
-    } else if (op == "apply_lora_full_linear") {
-      slices = {c_.out_features};
-    } else if (qkv_layer && nh > 0 && nkv > 0 && hd > 0) {
-      slices = {int64_t(nh) * hd, int64_t(nkv) * hd, int64_t(nkv) * hd};
+    } else {
+      slices = op_slices;
     }
   }
   if (has("num_slices") && module_exists && !slices.empty() &&
@@ -513,43 +558,8 @@ void CaseBuilder::resolve_shapes() {
   c_.head_dim = hd;
   if (!module_exists) return;
 
-  // Required sizes per op (after the model/module derivation).
-  auto need_hidden = [&] {
-    if (c_.hidden <= 0) missing("hidden (or model, or model + module)");
-  };
-  auto need_slices = [&] {
-    if (c_.slices.empty()) missing("slices (or num_slices, or model + module)");
-  };
-  auto need_vocab = [&] {
-    if (c_.vocab <= 0) missing("vocab (or model)");
-  };
-  if (op == "lora_shrink" || op == "add_lora_linear") {
-    need_hidden();
-    need_slices();
-  } else if (op == "lora_expand") {
-    need_slices();
-  } else if (op == "add_lora_embedding" || op == "add_lora_logits") {
-    need_vocab();
-    need_hidden();
-  } else if (op == "apply_lora_full_linear") {
-    need_hidden();
-  } else if (op == "layer") {
-    if (layer == "vocab_embedding" || layer == "logits") {
-      need_vocab();
-      need_hidden();
-    } else if (layer == "qkv" || layer == "merged_qkv") {
-      need_hidden();
-      if (nh <= 0 || nkv <= 0 || hd <= 0) missing("num_heads, num_kv_heads and head_dim (or model)");
-      std::vector<int64_t> want = {int64_t(nh) * hd, int64_t(nkv) * hd, int64_t(nkv) * hd};
-      if (c_.slices != want)
-        problem("expected slices " + id_value("slices", json(want)) +
-                    " (q, k, v widths from the heads), got " + id_value("slices", json(c_.slices)),
-                {"slices", "num_heads", "num_kv_heads", "head_dim", "layer"});
-    } else {
-      need_hidden();
-      need_slices();
-    }
-  }
+  // The sizes the op needs (after the model/module derivation).
+  if (spec_->require) spec_->require(*this);
   // Slice indices of None sub-LoRAs must exist.
   if (!c_.slices.empty())
     for (int s : c_.none_slices)
@@ -559,77 +569,13 @@ void CaseBuilder::resolve_shapes() {
                 {"none_slices", "slices", "num_slices", "module", "op", "layer"});
 }
 
-// Whether module/op/layer fit together (always a skip: a combination, not a bad value).
+// Whether module, op and the op's own fields fit together (a skip: a combination, not a bad value).
 void CaseBuilder::applicability() {
-  const std::string& op = c_.op;
-  const std::string& module = c_.module;
-  if (!module.empty()) {
-    bool ok = true;
-    if (op == "lora_shrink" || op == "lora_expand" || op == "add_lora_linear")
-      ok = module != "embedding";
-    else if (op == "add_lora_embedding")
-      ok = module == "embedding";
-    else if (op == "add_lora_logits")
-      ok = module == "lm_head";
-    else if (op == "apply_lora_full_linear")
-      ok = false;
-    else if (op == "layer") {
-      static const std::map<std::string, std::vector<std::string>> fits = {
-          {"replicated", {"o", "down"}}, {"column", {"o", "down"}},
-          {"merged_column", {"gate_up"}}, {"qkv", {"qkv"}},
-          {"merged_qkv", {"qkv"}},        {"row", {"o", "down"}},
-          {"vocab_embedding", {"embedding"}}, {"logits", {"lm_head"}}};
-      ok = contains(fits.at(c_.layer), module);
-    }
-    if (!ok)
-      skip("module " + module + " does not fit op " + op +
-           (op == "layer" ? " (layer " + c_.layer + ")" : std::string()));
-  } else if (op == "layer" && c_.skip_reason.empty()) {
-    const std::string& l = c_.layer;
-    size_t S = c_.slices.size();
-    if ((l == "replicated" || l == "column" || l == "row") && S != 1)
-      problem("expected 1 slice for layer " + l + ", got " + std::to_string(S),
-              {"slices", "num_slices", "layer"});
-    if (l == "merged_column" && S < 2)
-      problem("expected at least 2 slices for layer merged_column, got " + std::to_string(S),
-              {"slices", "num_slices", "layer"});
-  }
-  if (op != "layer") {
+  if (spec_->applicable) spec_->applicable(*this);
+  if (!spec_->multi_rank) {
     if (c_.tp > 1) skip("tp > 1 applies to op=layer only (kernel ops run on one device)");
     if (c_.fully_sharded) skip("fully_sharded applies to op=layer only");
   }
-}
-
-// SPEC §5: which TP degrees a layer can be split over.
-void CaseBuilder::layer_tp_rules() {
-  const std::string& l = c_.layer;
-  const int tp = c_.tp;
-  const std::string tps = std::to_string(tp);
-  if (c_.fully_sharded && (l == "replicated" || l == "vocab_embedding" || l == "logits"))
-    return skip("layer " + l + " has no fully-sharded variant");
-  if (tp == 1) return;
-  auto width = [&](int64_t w, const char* what) {
-    if (w % tp != 0) skip(std::string(what) + " " + std::to_string(w) + " not divisible by tp " + tps);
-  };
-  bool column_family = l == "column" || l == "merged_column" || l == "qkv" || l == "merged_qkv";
-  if (l == "column" || l == "merged_column")
-    for (int64_t w : c_.slices) width(w, "output slice width");
-  if (l == "qkv" || l == "merged_qkv") {
-    if (c_.num_heads % tp != 0)
-      skip("q heads " + std::to_string(c_.num_heads) + " not divisible by tp " + tps);
-    else if (tp <= c_.num_kv_heads && c_.num_kv_heads % tp != 0)
-      skip("kv heads " + std::to_string(c_.num_kv_heads) + " not divisible by tp " + tps);
-    else if (tp > c_.num_kv_heads && tp % c_.num_kv_heads != 0)
-      skip("tp " + tps + " not a multiple of kv heads " + std::to_string(c_.num_kv_heads) +
-           " (kv-head replication)");
-  }
-  if (l == "row") {
-    width(c_.hidden, "input width (hidden)");
-    if (c_.fully_sharded && !c_.slices.empty()) width(c_.slices[0], "fully sharded row: output width");
-  }
-  if (l == "vocab_embedding" || l == "logits") width(c_.vocab, "vocab");
-  if (column_family && c_.fully_sharded && c_.max_rank % tp != 0)
-    skip("fully sharded: max_rank " + std::to_string(c_.max_rank) + " not divisible by tp " + tps);
 }
 
 Case CaseBuilder::build() {
@@ -640,16 +586,22 @@ Case CaseBuilder::build() {
   c_.module = str("module");
   c_.layer = str("layer");
   if (!c_.model.empty()) model_ = find_model(c_.model);
-  if (c_.op == "layer" && c_.layer.empty())
-    bad(file_, case_path_, "missing required field layer (one of " + join(kLayers, "|") +
-                               ") for op layer");
-  if (c_.op != "layer" && !c_.layer.empty())
-    problem("expected layer only with op layer, got op " + c_.op, {"layer", "op"});
+  spec_ = find_op(c_.op);
+  if (spec_ == nullptr) bad(file_, path("op"), "expected one of " + join(registered_ops(), "|"));
+  // Fields that only some ops take.
+  for (const auto& [key, pick] : f_) {
+    std::vector<std::string> owners = field_owners(key);
+    if (owners.empty() || contains(owners, c_.op)) continue;
+    if (key == "active_loras_hint" && !pick.alt.v.get<bool>()) continue;  // false = not given
+    std::string list;
+    for (size_t i = 0; i < owners.size(); ++i)
+      list += (i == 0 ? "" : i + 1 == owners.size() ? " or " : ", ") + owners[i];
+    problem("expected " + key + " only with op " + list + ", got op " + c_.op, {key, "op"});
+  }
   resolve_batch();
   resolve_adapters();
   resolve_shapes();
   applicability();
-  if (c_.op == "layer" && c_.skip_reason.empty()) layer_tp_rules();
 
   // Id: every declared axis in canonical order (not name/op, not timing-only fields).
   c_.id = c_.name + "/" + c_.op;
@@ -692,6 +644,9 @@ Case CaseBuilder::build() {
   p["tp"] = c_.tp;
   p["fully_sharded"] = c_.fully_sharded;
   p["seed"] = c_.seed;
+  // The op's own fields, as given (its entry reads them from here).
+  for (const auto& f : registered_op_fields())
+    if (has(f.name) && f.name != "layer") p[f.name] = v(f.name);
   c_.params = std::move(p);
   return c_;
 }
@@ -777,7 +732,7 @@ Scenario expand(const json& doc, const std::string& file, const std::vector<Axis
     }
     if (!merged.count("name")) bad(file, cpath + "/name", "missing required field (expected a string)");
     if (!merged.count("op"))
-      bad(file, cpath + "/op", "missing required field (expected one of " + join(kOps, "|") + ")");
+      bad(file, cpath + "/op", "missing required field (expected one of " + join(registered_ops(), "|") + ")");
 
     // Axes in canonical order with their alternatives.
     std::vector<std::pair<std::string, std::vector<Alt>>> axes;
@@ -831,7 +786,12 @@ json parse_text(const std::string& text, const std::string& file) {
   }
 }
 
-const std::string kDefaultText = R"json({
+// The built-in default: every op whose entry asks to be in it, a decode step and a prefill.
+std::string make_default_text() {
+  std::string ops;
+  for (const OpSpec* o : registered_op_specs())
+    if (o->in_default_scenario) ops += std::string(ops.empty() ? "" : ", ") + "\"" + o->name + "\"";
+  return R"json({
   "schema": "punica-bench.scenario/1",
   "name": "default",
   "description": "Built-in default: every single-device op, a decode step of 16 requests and a prefill of 4 x 32 tokens; 4 adapters of ranks 8/16/32 in 6 slots, a quarter of the requests without LoRA, bf16.",
@@ -842,15 +802,14 @@ const std::string kDefaultText = R"json({
     "dtype": "bf16", "seed": 0, "warmup": 3, "iters": 10
   },
   "cases": [
-    {"name": "decode", "op": ["lora_meta", "lora_shrink", "lora_expand", "add_lora_linear",
-                              "add_lora_embedding", "add_lora_logits", "apply_lora_full_linear"],
+    {"name": "decode", "op": [)json" + ops + R"json(],
      "phase": "decode", "num_requests": 16, "tokens_per_request": 1},
-    {"name": "prefill", "op": ["lora_meta", "lora_shrink", "lora_expand", "add_lora_linear",
-                               "add_lora_embedding", "add_lora_logits", "apply_lora_full_linear"],
+    {"name": "prefill", "op": [)json" + ops + R"json(],
      "phase": "prefill", "num_requests": 4, "tokens_per_request": 32}
   ]
 }
 )json";
+}
 
 // Uniform double in [0, 1) from a key and an index (53 bits).
 double hash_unit(uint64_t key, uint64_t index) {
@@ -860,7 +819,10 @@ double hash_unit(uint64_t key, uint64_t index) {
 
 }  // namespace
 
-const std::vector<std::string>& known_ops() { return kOps; }
+const std::vector<std::string>& known_ops() {
+  static const std::vector<std::string> v = registered_ops();
+  return v;
+}
 const std::vector<std::string>& known_models() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
@@ -935,9 +897,12 @@ Scenario load_scenario(const std::string& path, const std::vector<AxisOverride>&
 }
 Scenario load_scenario(const std::string& path) { return load_scenario(path, {}); }
 
-const std::string& default_scenario_text() { return kDefaultText; }
+const std::string& default_scenario_text() {
+  static const std::string t = make_default_text();
+  return t;
+}
 Scenario default_scenario(const std::vector<AxisOverride>& overrides) {
-  return parse_scenario(kDefaultText, "<built-in default>", overrides);
+  return parse_scenario(default_scenario_text(), "<built-in default>", overrides);
 }
 Scenario default_scenario() { return default_scenario({}); }
 

@@ -11,13 +11,6 @@
 #include <nlohmann/json.hpp>
 #include "kernels/common/dtype.h"
 #include "kernels/common/error.h"
-#include "kernels/lora_meta/lora_meta.h"
-#include "kernels/lora_shrink/lora_shrink.h"
-#include "kernels/lora_expand/lora_expand.h"
-#include "kernels/add_lora_linear/add_lora_linear.h"
-#include "kernels/add_lora_embedding/add_lora_embedding.h"
-#include "kernels/add_lora_logits/add_lora_logits.h"
-#include "kernels/apply_lora_full_linear/apply_lora_full_linear.h"
 #include "apps/punica-bench/backend/kernel_choice.h"
 
 namespace punica::bench {
@@ -61,19 +54,19 @@ class Backend {
   virtual void zero(void* p, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
 
-  // ---- the ops (asynchronous on the backend's stream) ----
-  virtual void lora_meta(const kernels::LoraMetaArgs& a) = 0;
+  // ---- running an op (its registry entry, apps/punica-bench/ops, picks the two bodies) ----
+  // `cuda(stream)` launches the op's kernels on the CUDA backend's stream (a cudaStream_t);
+  // `cpu()` runs its Eigen reference on the CPU backend. Asynchronous where the backend is.
+  virtual void exec(const std::function<void(void* stream)>& cuda, const std::function<void()>& cpu) = 0;
   // `--kernel`: a fixed kernel for every lora_shrink / lora_expand call after this one (the ops and
   // the fully sharded layers' shrink / expand); only the CUDA backend has kernels to choose from.
-  virtual void set_kernel_choice(const KernelChoice& c) {
-    PUNICA_REQUIRE(!c.any(), ErrorKind::usage, "--kernel: the " + name() + " backend has no kernels to choose (use --backend cuda)");
+  void set_kernel_choice(const KernelChoice& c) {
+    PUNICA_REQUIRE(!c.any() || name() == "cuda", ErrorKind::usage,
+                   "--kernel: the " + name() + " backend has no kernels to choose (use --backend cuda)");
+    choice_ = c;
   }
-  virtual void lora_shrink(const kernels::LoraShrinkArgs& a) = 0;
-  virtual void lora_expand(const kernels::LoraExpandArgs& a) = 0;
-  virtual void add_lora_linear(const kernels::AddLoraLinearArgs& a) = 0;
-  virtual void add_lora_embedding(const kernels::AddLoraEmbeddingArgs& a) = 0;
-  virtual void add_lora_logits(const kernels::AddLoraLogitsArgs& a) = 0;
-  virtual void apply_lora_full_linear(const kernels::ApplyLoraFullLinearArgs& a) = 0;
+  const KernelChoice& kernel_choice() const { return choice_; }
+  // The base layer's GEMM (cuBLAS on the GPU) and its helpers, for the TP layers.
   virtual void base_linear(const LinearArgs& a) = 0;
   // TP layers (apps/punica-bench/layers): the base layer's bias, y[i, c] = round(y[i, c] + bias[c])
   // (base_linear on CUDA takes no bias), and VocabParallelEmbedding's masked lookup of the rank's
@@ -83,8 +76,6 @@ class Backend {
   virtual void embedding_lookup(void* y, const void* table, const int32_t* ids, kernels::DType dt,
                                 int64_t num_tokens, int64_t dim, int64_t vocab_begin, int64_t vocab_end,
                                 int64_t ldy) = 0;
-  // Workspace sizes of the ops (the CPU backend needs none).
-  virtual std::size_t meta_workspace_bytes(int64_t max_tokens, int max_loras) const = 0;
 
   // ---- collectives inside the TP group (consecutive ranks of size tp) ----
   // fp32 all-gather along the leading dim: out = [tp][count] in rank order.
@@ -122,6 +113,9 @@ class Backend {
   // few MB does not reach. Negative = unavailable (no GPU, or not enough memory for the regions).
   struct CopyBaseline { double cold_us = -1, batch_us = -1; };
   virtual CopyBaseline baseline_copy_us(std::size_t /*bytes*/, int /*iters*/, int /*calls*/) { return {}; }
+
+ private:
+  KernelChoice choice_;
 };
 
 // RAII buffer in a backend's memory.
@@ -145,6 +139,12 @@ class Buffer {
   std::size_t bytes_ = 0;
   void* p_ = nullptr;
 };
+
+// The CUDA runtime's and NCCL's versions ("13.0", "2.28.3"), for the result's tool block.
+struct ToolkitVersions {
+  std::string cuda_runtime, nccl;
+};
+ToolkitVersions toolkit_versions();
 
 // Backend factories. `dist` may be null (single process). make_cuda throws Error(environment)
 // when no GPU is usable.

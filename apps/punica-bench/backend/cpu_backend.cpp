@@ -10,7 +10,6 @@
 #include "apps/punica-bench/backend/backend.h"
 #include "apps/punica-bench/dist.h"
 #include "kernels/common/error.h"
-#include "reference/lora_reference.h"
 
 namespace punica::bench {
 namespace {
@@ -43,15 +42,7 @@ class CpuBackend final : public Backend {
   void zero(void* p, std::size_t n) override { if (n) std::memset(p, 0, n); }
   void synchronize() override {}
 
-  void lora_meta(const kernels::LoraMetaArgs& a) override { ref::lora_meta(a); }
-  void lora_shrink(const kernels::LoraShrinkArgs& a) override { ref::lora_shrink(a); }
-  void lora_expand(const kernels::LoraExpandArgs& a) override { ref::lora_expand(a); }
-  void add_lora_linear(const kernels::AddLoraLinearArgs& a) override { ref::add_lora_linear(a); }
-  void add_lora_embedding(const kernels::AddLoraEmbeddingArgs& a) override { ref::add_lora_embedding(a); }
-  void add_lora_logits(const kernels::AddLoraLogitsArgs& a) override { ref::add_lora_logits(a); }
-  void apply_lora_full_linear(const kernels::ApplyLoraFullLinearArgs& a) override {
-    ref::apply_lora_full_linear(a);
-  }
+  void exec(const std::function<void(void*)>&, const std::function<void()>& cpu) override { cpu(); }
   void base_linear(const LinearArgs& a) override {
     using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     Mat x(a.m, a.k), w(a.n, a.k);
@@ -86,7 +77,6 @@ class CpuBackend final : public Backend {
         std::memset(dst, 0, std::size_t(dim) * es);
     }
   }
-  std::size_t meta_workspace_bytes(int64_t, int) const override { return 0; }
 
   void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {
     if (tp == 1) { std::memcpy(out, in, count * 4); return; }

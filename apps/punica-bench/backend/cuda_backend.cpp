@@ -16,7 +16,7 @@
 #include "kernels/common/hash_rng.h"
 #include "kernels/common/layer_util.h"
 #include "kernels/common/stream_hold.h"
-#include "kernels/lora_shrink/lora_shrink_internal.h"
+#include "kernels/lora_shrink/lora_shrink_internal.h"  // wgmma_available (device_info)
 
 #define PUNICA_CUBLAS_CHECK(expr)                                                              \
   do {                                                                                         \
@@ -36,6 +36,16 @@
   } while (0)
 
 namespace punica::bench {
+
+ToolkitVersions toolkit_versions() {
+  int rt = 0, nccl = 0;
+  ToolkitVersions v;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess)
+    v.cuda_runtime = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
+  if (ncclGetVersion(&nccl) == ncclSuccess)
+    v.nccl = std::to_string(nccl / 10000) + "." + std::to_string((nccl / 100) % 100) + "." + std::to_string(nccl % 100);
+  return v;
+}
 
 bool cuda_available() { return kernels::gpu_count() > 0; }
 
@@ -175,32 +185,7 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { PUNICA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-  void lora_meta(const kernels::LoraMetaArgs& a) override { kernels::launch_lora_meta(a, stream_); }
-  void set_kernel_choice(const KernelChoice& c) override { choice_ = c; }
-  void lora_shrink(const kernels::LoraShrinkArgs& a) override {
-    if (choice_.shrink != kernels::detail::ShrinkKernel::automatic)
-      kernels::detail::launch_lora_shrink_with(a, choice_.shrink, stream_);
-    else
-      kernels::launch_lora_shrink(a, stream_);
-  }
-  void lora_expand(const kernels::LoraExpandArgs& a) override {
-    if (choice_.expand != kernels::detail::ExpandPrefillKernel::automatic)
-      kernels::detail::launch_lora_expand_with(a, choice_.expand, stream_);
-    else
-      kernels::launch_lora_expand(a, stream_);
-  }
-  void add_lora_linear(const kernels::AddLoraLinearArgs& a) override {
-    kernels::launch_add_lora_linear(a, stream_);
-  }
-  void add_lora_embedding(const kernels::AddLoraEmbeddingArgs& a) override {
-    kernels::launch_add_lora_embedding(a, stream_);
-  }
-  void add_lora_logits(const kernels::AddLoraLogitsArgs& a) override {
-    kernels::launch_add_lora_logits(a, stream_);
-  }
-  void apply_lora_full_linear(const kernels::ApplyLoraFullLinearArgs& a) override {
-    kernels::launch_apply_lora_full_linear(a, stream_);
-  }
+  void exec(const std::function<void(void*)>& cuda, const std::function<void()>&) override { cuda(stream_); }
   void base_linear(const LinearArgs& a) override {
     if (a.m == 0 || a.n == 0) return;
     PUNICA_REQUIRE(a.bias == nullptr, ErrorKind::runtime,
@@ -218,9 +203,6 @@ class CudaBackend final : public Backend {
   void embedding_lookup(void* y, const void* table, const int32_t* ids, DType dt, int64_t T, int64_t dim,
                         int64_t begin, int64_t end, int64_t ldy) override {
     kernels::launch_embedding_lookup(y, table, ids, dt, T, dim, begin, end, ldy, stream_);
-  }
-  std::size_t meta_workspace_bytes(int64_t t, int l) const override {
-    return kernels::lora_meta_workspace_bytes(t, l);
   }
 
   void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {
@@ -436,7 +418,6 @@ class CudaBackend final : public Backend {
 
   const Dist* dist_;
   int device_ = 0;
-  KernelChoice choice_;  // --kernel (automatic unless given)
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   kernels::DeviceBuffer workspace_;

@@ -22,6 +22,7 @@
 #include <functional>
 #include <thread>
 #include "apps/punica-bench/dist.h"
+#include "apps/punica-bench/ops/exec.h"
 #include "kernels/common/error.h"
 #include "kernels/common/hash_rng.h"
 
@@ -202,7 +203,7 @@ class LayerProblem : public Problem {
       if (used[std::size_t(l)]) { active_.push_back(l); sum_active_rank_ += slot_rank_[std::size_t(l)]; }
   }
 
-  void prepare(Backend& be, const std::vector<void*>& p) override { be.lora_meta(meta_.args(p)); }
+  void prepare(Backend& be, const std::vector<void*>& p) override { run_op(be, meta_.args(p)); }
   void run(Backend& be, const std::vector<void*>& p) override {
     base(be, p);
     lora(be, p);
@@ -506,7 +507,7 @@ class ColumnLayer final : public LayerProblem {
       a.max_loras = L_; a.max_rank = r_; a.lora_ranks = ranks(p); a.meta = meta_.view(p);
       a.scale = 1.0f;  // vLLM folds the scaling into B: layers call the ops with 1.0 (SPEC §1.1)
       a.y = p[y_]; a.y_row_stride = N_; a.add_inputs = true; a.workspace = p[ws_];
-      be.add_lora_linear(a);
+      run_op(be, a);
       return;
     }
     // _mcp_apply: shrink with the rank's A rows (no zero-fill needed: shrink overwrites the buffer,
@@ -517,14 +518,14 @@ class ColumnLayer final : public LayerProblem {
     for (int i = 0; i < S_; ++i) s.lora_a[i] = p[a_[i]];
     s.max_loras = L_; s.max_rank = rs_; s.lora_ranks = static_cast<const int32_t*>(p[shard_ranks_]);
     s.meta = meta_.view(p); s.scale = 1.0f; s.y = p[buf_];
-    be.lora_shrink(s);
+    run_op(be, s);
     gather(be, p);
     kernels::LoraExpandArgs e;
     e.in_dtype = DType::f32; e.dtype = dtype; e.num_tokens = T_; e.x = p[gathered_]; e.num_slices = S_;
     for (int i = 0; i < S_; ++i) { e.lora_b[i] = p[b_[i]]; e.slice_width[i] = plan_.slices[std::size_t(i)].width(); }
     e.max_loras = L_; e.max_rank = r_; e.lora_ranks = ranks(p); e.meta = meta_.view(p);
     e.y = p[y_]; e.y_row_stride = N_; e.offset_start = 0; e.add_inputs = true;
-    be.lora_expand(e);
+    run_op(be, e);
   }
 
  private:
@@ -672,21 +673,21 @@ class RowLayer final : public LayerProblem {
       a.lora_a[0] = p[a_]; a.lora_b[0] = p[b_]; a.slice_width[0] = N_;
       a.max_loras = L_; a.max_rank = r_; a.lora_ranks = ranks(p); a.meta = meta_.view(p); a.scale = 1.0f;
       a.y = p[y_]; a.y_row_stride = N_; a.add_inputs = true; a.workspace = p[ws_];
-      be.add_lora_linear(a);
+      run_op(be, a);
       return;
     }
     kernels::LoraShrinkArgs s;
     s.dtype = dtype; s.out_dtype = DType::f32; s.num_tokens = T_; s.hidden = kl_; s.x = p[x_]; s.x_row_stride = kl_;
     s.num_slices = 1; s.lora_a[0] = p[a_]; s.max_loras = L_; s.max_rank = r_; s.lora_ranks = ranks(p);
     s.meta = meta_.view(p); s.scale = 1.0f; s.y = p[buf_];
-    be.lora_shrink(s);
+    run_op(be, s);
     be.all_reduce_sum_f32(static_cast<float*>(p[buf_]), std::size_t(T_ * r_), tp_);
     kernels::LoraExpandArgs e;
     e.in_dtype = DType::f32; e.dtype = dtype; e.num_tokens = T_; e.x = p[buf_]; e.num_slices = 1;
     e.lora_b[0] = p[b_]; e.slice_width[0] = nl_; e.max_loras = L_; e.max_rank = r_; e.lora_ranks = ranks(p);
     e.meta = meta_.view(p); e.y = p[y_]; e.y_row_stride = N_; e.offset_start = int64_t(rho_) * nl_;
     e.add_inputs = true;
-    be.lora_expand(e);
+    run_op(be, e);
   }
 
  private:
@@ -790,7 +791,7 @@ class EmbeddingLayer final : public LayerProblem {
     a.dtype = dtype; a.num_tokens = T_; a.token_ids = static_cast<const int32_t*>(p[ids_]); a.vocab_size = V_;
     a.embed_dim = D_; a.lora_a = p[a_]; a.lora_b = p[b_]; a.max_loras = L_; a.max_rank = r_;
     a.lora_ranks = ranks(p); a.meta = meta_.view(p); a.y = p[y_]; a.y_row_stride = D_; a.add_inputs = true;
-    be.add_lora_embedding(a);
+    run_op(be, a);
   }
 
  private:
@@ -896,7 +897,7 @@ class LogitsLayer final : public LayerProblem {
     a.dtype = dtype; a.num_rows = T_; a.hidden = K_; a.x = p[x_]; a.x_row_stride = K_; a.lora_a = p[a_];
     a.lora_b = p[b_]; a.vocab_size = V_; a.max_loras = L_; a.max_rank = r_; a.lora_ranks = ranks(p);
     a.meta = meta_.view(p); a.scale = 1.0f; a.y = p[y_]; a.y_row_stride = V_; a.workspace = p[ws_];
-    be.add_lora_logits(a);
+    run_op(be, a);
   }
 
  private:

@@ -1,0 +1,24 @@
+// The ops as the layers call them: each runs its CUDA kernel on the CUDA backend and its Eigen
+// reference on the CPU backend (Backend::exec), asynchronously on the backend's stream. Each is
+// defined in its registry entry (apps/punica-bench/ops/<op>.cpp).
+#pragma once
+#include "apps/punica-bench/backend/backend.h"
+#include "kernels/add_lora_embedding/add_lora_embedding.h"
+#include "kernels/add_lora_linear/add_lora_linear.h"
+#include "kernels/add_lora_logits/add_lora_logits.h"
+#include "kernels/apply_lora_full_linear/apply_lora_full_linear.h"
+#include "kernels/lora_expand/lora_expand.h"
+#include "kernels/lora_meta/lora_meta.h"
+#include "kernels/lora_shrink/lora_shrink.h"
+
+namespace punica::bench {
+
+void run_op(Backend& be, const kernels::LoraMetaArgs& a);
+void run_op(Backend& be, const kernels::LoraShrinkArgs& a);
+void run_op(Backend& be, const kernels::LoraExpandArgs& a);
+void run_op(Backend& be, const kernels::AddLoraLinearArgs& a);
+void run_op(Backend& be, const kernels::AddLoraEmbeddingArgs& a);
+void run_op(Backend& be, const kernels::AddLoraLogitsArgs& a);
+void run_op(Backend& be, const kernels::ApplyLoraFullLinearArgs& a);
+
+}  // namespace punica::bench
