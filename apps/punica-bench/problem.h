@@ -55,10 +55,19 @@ struct Work {
   int64_t tokens = 0;
 };
 
-struct Baseline {  // cuBLAS shapes of the same problem
-  struct Gemm { int64_t m, n, k; };
-  std::vector<Gemm> dense;                 // summed (e.g. shrink GEMM + expand GEMM)
-  std::vector<Backend::Group> grouped;     // one grouped call over the adapters
+// cuBLAS doing the same work as the op (README, Baselines): an accumulating op's GEMMs accumulate
+// (beta = 1: they read y as the op does); an op of two halves (shrink + expand) times both.
+struct Baseline {
+  struct Gemm {
+    int64_t m, n, k;
+    bool accumulate = false;
+  };
+  std::vector<Gemm> dense;  // summed (e.g. shrink GEMM + expand GEMM)
+  struct Grouped {
+    std::vector<Backend::Group> groups;  // one grouped call over the adapters
+    bool accumulate = false;
+  };
+  std::vector<Grouped> grouped;  // summed (the shrink's call, then the expand's)
 };
 
 class Problem {

@@ -100,7 +100,7 @@ TEST(Registry, AnEntryAloneAddsAnOpWithItsField) {
   EXPECT_EQ(make_problem(s.cases[0])->work().bytes, 2.0);
   // Its schema, its requirement, and its exclusivity are enforced with the file and path.
   EXPECT_NE(usage_error(doc(R"([{"name": "w", "op": "test_widget_op", "widgets": 10}])"))
-                .find("mem.json: /cases/0/widgets: expected an integer in [1, 9]"),
+                .find("mem.json: /cases/0/widgets: expected a positive integer <= 9, got integer 10"),
             std::string::npos)
       << usage_error(doc(R"([{"name": "w", "op": "test_widget_op", "widgets": 10}])"));
   EXPECT_NE(usage_error(doc(R"([{"name": "w", "op": "test_widget_op"}])")).find("missing required field widgets"),

@@ -125,6 +125,12 @@ nlohmann::json case_record(const CaseResult& r) {
     if (part_us.count("lora") && part_us["lora"] > 0) {
       m["lora_floor_fraction"] = floor_us / part_us["lora"];
       m["floor_fraction"] = floor_us / part_us["lora"];
+      // The work, the floor and the copy baseline are the LoRA part's: compare them with its time.
+      const double lb = t.part_batch_us.count("lora") ? t.part_batch_us.at("lora") : -1;
+      if (r.baseline) {
+        m["copy_fraction"] = num_or_null(r.baseline->copy_us / part_us["lora"], r.baseline->copy_us >= 0);
+        m["copy_batch_fraction"] = num_or_null(r.baseline->copy_batch_us / lb, r.baseline->copy_batch_us >= 0 && lb > 0);
+      }
     }
     json comm = json::array();
     for (const auto& cm : r.comm) {

@@ -421,13 +421,16 @@ CaseResult Runner::run_case_impl(const Case& c) {
     BaselineResult br;
     double dense = 0;
     bool ok = !bl.dense.empty(), bheld = true;  // bheld: every timed baseline loop ran behind a hold
+    const kernels::DType bdt = P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype;
     for (auto& g : bl.dense) {
-      double t = be_.baseline_gemm_us(P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, g.m, g.n, g.k, 20);
+      double t = be_.baseline_gemm_us(bdt, g.m, g.n, g.k, 20, g.accumulate);
       if (t < 0) ok = false; else { dense += t; bheld = bheld && be_.last_timing_held(); }
     }
-    double grouped = bl.grouped.empty() ? -1 : be_.baseline_grouped_gemm_us(
-        P.dtype == kernels::DType::f32 ? kernels::DType::bf16 : P.dtype, bl.grouped, 20);
-    if (grouped >= 0) bheld = bheld && be_.last_timing_held();
+    double grouped = bl.grouped.empty() ? -1 : 0;
+    for (auto& g : bl.grouped) {
+      double t = grouped < 0 ? -1 : be_.baseline_grouped_gemm_us(bdt, g.groups, 20, g.accumulate);
+      if (t < 0) grouped = -1; else { grouped += t; bheld = bheld && be_.last_timing_held(); }
+    }
     if (dist_ && dist_->size() > 1) { dense = dist_->allreduce_max(dense); grouped = dist_->allreduce_max(grouped); }
     // a copy of the case's floor bytes, timed as the case is (Backend::baseline_copy_us): how near
     // the kernel is to what moving its bytes costs at this size, cold and back to back
@@ -449,8 +452,9 @@ CaseResult Runner::run_case_impl(const Case& c) {
     if (dist_ && dist_->size() > 1) dist_->allreduce_max_inplace(pt);
     tr.part_us.push_back({part.name, stats(pt).median});
     // Collectives are also timed back to back inside one CUDA graph (vLLM captures its decode
-    // forward in graphs; issue 4's decode all_gather target is graph-captured).
-    if (part.name.rfind("comm_", 0) == 0) {
+    // forward in graphs; issue 4's decode all_gather target is graph-captured), and so is the LoRA
+    // part (its copy baseline's back-to-back fraction compares with it).
+    if (part.name.rfind("comm_", 0) == 0 || part.name == "lora") {
       double b = -1;
       try {
         b = be_.time_batch(calls, 5, [&](int i) { part.body(be_, sets[std::size_t(i) % copies].ptrs); });

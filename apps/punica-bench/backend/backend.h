@@ -102,10 +102,11 @@ class Backend {
   virtual Ceilings measure_ceilings() = 0;
 
   // cuBLAS baselines (µs, cold over rotated copies where possible); negative = unavailable.
-  virtual double baseline_gemm_us(kernels::DType dt, int64_t m, int64_t n, int64_t k, int iters) = 0;
+  // accumulate: y = x W^T + y (beta = 1, y read and written), as an accumulating op does.
+  virtual double baseline_gemm_us(kernels::DType dt, int64_t m, int64_t n, int64_t k, int iters, bool accumulate) = 0;
   struct Group { int64_t m, n, k; };
-  virtual double baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups,
-                                          int iters) = 0;
+  virtual double baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups, int iters,
+                                          bool accumulate) = 0;
   // The speed of light of a case's own size: a device-to-device copy that moves `bytes` in all
   // (bytes / 2 read, bytes / 2 written), timed as the case is: cold (median of `iters`, each copy on
   // a region that the others have pushed out of L2) and back to back (`calls` copies in one CUDA

@@ -131,8 +131,8 @@ class CpuBackend final : public Backend {
     c.copy_gb_per_s = 3.0 * 2.0 * double(n) / s / 1e9;
     return c;
   }
-  double baseline_gemm_us(DType, int64_t, int64_t, int64_t, int) override { return -1; }
-  double baseline_grouped_gemm_us(DType, const std::vector<Group>&, int) override { return -1; }
+  double baseline_gemm_us(DType, int64_t, int64_t, int64_t, int, bool) override { return -1; }
+  double baseline_grouped_gemm_us(DType, const std::vector<Group>&, int, bool) override { return -1; }
 
  private:
   const Dist& need_dist(int tp) const {

@@ -313,7 +313,7 @@ class CudaBackend final : public Backend {
     return c;
   }
 
-  double baseline_gemm_us(DType dt, int64_t m, int64_t n, int64_t k, int iters) override {
+  double baseline_gemm_us(DType dt, int64_t m, int64_t n, int64_t k, int iters, bool accumulate) override {
     if (m <= 0 || n <= 0 || k <= 0) return -1;
     std::size_t es = kernels::dtype_size(dt);
     std::size_t set = std::size_t(m * k + n * k + m * n) * es;
@@ -328,11 +328,12 @@ class CudaBackend final : public Backend {
       LinearArgs la;
       la.dtype = dt; la.m = m; la.n = n; la.k = k;
       la.x = base; la.w = base + m * k * es; la.y = base + (m * k + n * k) * es; la.ldy = n;
+      la.accumulate = accumulate;
       base_linear(la);
     });
     return median(t);
   }
-  double baseline_grouped_gemm_us(DType dt, const std::vector<Group>& groups, int iters) override {
+  double baseline_grouped_gemm_us(DType dt, const std::vector<Group>& groups, int iters, bool accumulate) override {
     std::vector<Group> g;
     for (auto& x : groups) if (x.m > 0 && x.n > 0 && x.k > 0) g.push_back(x);
     if (g.empty()) return -1;
@@ -349,7 +350,7 @@ class CudaBackend final : public Backend {
     std::vector<kernels::DeviceBuffer> bufs;
     std::vector<kernels::DeviceBuffer> ptrs;
     std::vector<int> ms(G), ns(G), ks(G), lda(G), ldb(G), ldc(G), gs(G, 1);
-    std::vector<float> alpha(G, 1.f), beta(G, 0.f);
+    std::vector<float> alpha(G, 1.f), beta(G, accumulate ? 1.f : 0.f);
     std::vector<cublasOperation_t> ta(G, CUBLAS_OP_T), tb(G, CUBLAS_OP_N);
     for (int i = 0; i < G; ++i) {
       ms[i] = int(g[i].n); ns[i] = int(g[i].m); ks[i] = int(g[i].k);

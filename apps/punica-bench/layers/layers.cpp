@@ -196,7 +196,10 @@ class LayerProblem : public Problem {
     meta_.ws = scratch("meta_workspace", meta_.ws_bytes);
     mapping_tensor = meta_.mapping;
     for (int32_t s : map_)
-      if (s >= 0) tokens_rank_ += slot_rank_[std::size_t(s)];
+      if (s >= 0) {
+        tokens_rank_ += slot_rank_[std::size_t(s)];
+        ++lora_T_;
+      }
     std::vector<char> used(std::size_t(std::max(L_, 0)), 0);
     for (int32_t s : map_) if (s >= 0) used[std::size_t(s)] = 1;
     for (int l = 0; l < L_; ++l)
@@ -338,8 +341,8 @@ class LayerProblem : public Problem {
 
   // ---- work (DESIGN §7 add_lora_linear formula on this rank's shard) ----
   double lora_linear_bytes(int S, double a_rank_sum_per_slice, int64_t K, double sumN) const {
-    return double(S) * a_rank_sum_per_slice * double(K) * double(es_) + double(T_) * double(K) * double(es_) +
-           double(sum_active_rank_) * sumN * double(es_) + 2.0 * double(T_) * sumN * double(es_);
+    return double(S) * a_rank_sum_per_slice * double(K) * double(es_) + double(lora_T_) * double(K) * double(es_) +
+           double(sum_active_rank_) * sumN * double(es_) + 2.0 * double(lora_T_) * sumN * double(es_);
   }
   std::vector<Backend::Group> lora_groups(int64_t n, int64_t k, bool rank_is_n) const {
     std::vector<Backend::Group> gs;
@@ -361,6 +364,7 @@ class LayerProblem : public Problem {
   std::vector<int32_t> slot_rank_, map_;
   std::vector<int> active_;
   double tokens_rank_ = 0, sum_active_rank_ = 0;
+  int64_t lora_T_ = 0;  // rows with an adapter: the only x / y rows the LoRA part must move
   int ranks_ = -1;
   Meta meta_;
 };
@@ -465,18 +469,19 @@ class ColumnLayer final : public LayerProblem {
     if (!fs_) {
       w.bytes = lora_linear_bytes(S_, sum_active_rank_, K_, sumN);
     } else {  // A shard reads at the shard's true ranks + the fp32 shard written, gathered buffer read
-      w.bytes = lora_linear_bytes(S_, shard_rank_sum_, K_, sumN) + double(S_) * double(T_) * double(rs_) * 4 +
-                double(S_) * double(T_) * double(r_) * 4;
+      w.bytes = lora_linear_bytes(S_, shard_rank_sum_, K_, sumN) + double(S_) * double(lora_T_) * double(rs_) * 4 +
+                double(S_) * double(lora_T_) * double(r_) * 4;
     }
     w.flops = 2.0 * tokens_rank_ * (double(S_) * double(K_) / (fs_ ? tp_ : 1) + sumN);
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({T_, N_, K_});
-    bl.dense.push_back({T_, int64_t(S_) * r_, K_});
-    bl.dense.push_back({T_, N_, r_});
-    bl.grouped = lora_groups(S_, K_, true);
+    bl.dense.push_back({T_, N_, K_, false});         // the base GEMM writes y
+    bl.dense.push_back({T_, int64_t(S_) * r_, K_, false});
+    bl.dense.push_back({T_, N_, r_, true});          // the LoRA delta adds into y
+    bl.grouped.push_back({lora_groups(S_, K_, true), false});
+    bl.grouped.push_back({lora_groups(N_, 0, false), true});
     return bl;
   }
   std::vector<Part> parts() override {
@@ -623,16 +628,17 @@ class RowLayer final : public LayerProblem {
     w.tokens = T_;
     if (!fs_) w.bytes = lora_linear_bytes(1, sum_active_rank_, kl_, double(N_));
     else      // A_rho shard, x_rho, fp32 [T,r] written + read, B_rho rows, y's column block
-      w.bytes = lora_linear_bytes(1, sum_active_rank_, kl_, double(nl_)) + 2.0 * double(T_) * double(r_) * 4;
+      w.bytes = lora_linear_bytes(1, sum_active_rank_, kl_, double(nl_)) + 2.0 * double(lora_T_) * double(r_) * 4;
     w.flops = 2.0 * tokens_rank_ * (double(kl_) + double(nl_));
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({T_, N_, kl_});
-    bl.dense.push_back({T_, r_, kl_});
-    bl.dense.push_back({T_, nl_, r_});
-    bl.grouped = lora_groups(1, kl_, true);
+    bl.dense.push_back({T_, N_, kl_, false});
+    bl.dense.push_back({T_, r_, kl_, false});
+    bl.dense.push_back({T_, nl_, r_, true});
+    bl.grouped.push_back({lora_groups(1, kl_, true), false});
+    bl.grouped.push_back({lora_groups(nl_, 0, false), true});
     return bl;
   }
   std::vector<Part> parts() override {
@@ -756,14 +762,14 @@ class EmbeddingLayer final : public LayerProblem {
     Work w;
     w.tokens = T_;
     w.bytes = double(T_) * 4 + tokens_rank_ * double(es_) + sum_active_rank_ * double(D_) * double(es_) +
-              2.0 * double(T_) * double(D_) * double(es_);
+              2.0 * double(lora_T_) * double(D_) * double(es_);
     w.flops = 2.0 * tokens_rank_ * double(D_);
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({T_, D_, r_});
-    bl.grouped = lora_groups(D_, 0, false);
+    bl.dense.push_back({T_, D_, r_, true});
+    bl.grouped.push_back({lora_groups(D_, 0, false), true});
     return bl;
   }
   std::vector<Part> parts() override {
@@ -858,17 +864,18 @@ class LogitsLayer final : public LayerProblem {
   Work work() const override {
     Work w;
     w.tokens = T_;
-    w.bytes = sum_active_rank_ * double(K_) * double(es_) + double(T_) * double(K_) * double(es_) +
-              sum_active_rank_ * double(V_) * double(es_) + 2.0 * double(T_) * double(V_) * double(es_);
+    w.bytes = sum_active_rank_ * double(K_) * double(es_) + double(lora_T_) * double(K_) * double(es_) +
+              sum_active_rank_ * double(V_) * double(es_) + 2.0 * double(lora_T_) * double(V_) * double(es_);
     w.flops = 2.0 * tokens_rank_ * (double(K_) + double(V_));
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({T_, vl_, K_});
-    bl.dense.push_back({T_, r_, K_});
-    bl.dense.push_back({T_, V_, r_});
-    bl.grouped = lora_groups(1, K_, true);
+    bl.dense.push_back({T_, vl_, K_, false});
+    bl.dense.push_back({T_, r_, K_, false});
+    bl.dense.push_back({T_, V_, r_, true});
+    bl.grouped.push_back({lora_groups(1, K_, true), false});
+    bl.grouped.push_back({lora_groups(V_, 0, false), true});
     return bl;
   }
   std::vector<Part> parts() override {

@@ -47,14 +47,14 @@ class EmbeddingProblem final : public Problem {
     w.tokens = k_.T;
     double es = kernels::dtype_size(dtype);
     w.bytes = double(k_.T) * 4 + k_.lora_tokens_rank() * es + k_.sum_active_rank() * D_ * es +
-              (add_inputs_ ? 2 : 1) * double(k_.T) * D_ * es;
+              (add_inputs_ ? 2 : 1) * k_.lora_tokens() * D_ * es;
     w.flops = 2.0 * k_.lora_tokens_rank() * D_;
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({k_.T, D_, k_.r});
-    bl.grouped = k_.groups(D_, 0, false);
+    bl.dense.push_back({k_.T, D_, k_.r, add_inputs_});
+    bl.grouped.push_back({k_.groups(D_, 0, false), add_inputs_});
     return bl;
   }
   double rtol() const override { return default_rtol(dtype); }

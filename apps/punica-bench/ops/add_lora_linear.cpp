@@ -49,16 +49,17 @@ class LinearProblem final : public Problem {
     Work w;
     w.tokens = k_.T;
     double es = kernels::dtype_size(dtype);
-    w.bytes = k_.S * k_.sum_active_rank() * k_.K * es + double(k_.T) * k_.K * es +
-              k_.sum_active_rank() * k_.sumN() * es + (add_inputs_ ? 2 : 1) * double(k_.T) * k_.sumN() * es;
+    w.bytes = k_.S * k_.sum_active_rank() * k_.K * es + k_.lora_tokens() * k_.K * es +
+              k_.sum_active_rank() * k_.sumN() * es + (add_inputs_ ? 2 : 1) * k_.lora_tokens() * k_.sumN() * es;
     w.flops = 2.0 * k_.lora_tokens_rank() * (k_.S * double(k_.K) + k_.sumN());
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({k_.T, int64_t(k_.S) * k_.r, k_.K});
-    bl.dense.push_back({k_.T, int64_t(k_.sumN()), k_.r});
-    bl.grouped = k_.groups(k_.S, k_.K, true);
+    bl.dense.push_back({k_.T, int64_t(k_.S) * k_.r, k_.K, false});
+    bl.dense.push_back({k_.T, int64_t(k_.sumN()), k_.r, add_inputs_});
+    bl.grouped.push_back({k_.groups(k_.S, k_.K, true), false});
+    bl.grouped.push_back({k_.groups(int64_t(k_.sumN()), 0, false), add_inputs_});
     return bl;
   }
   double rtol() const override { return default_rtol(dtype); }

@@ -46,16 +46,17 @@ class LogitsProblem final : public Problem {
     Work w;
     w.tokens = k_.T;
     double es = kernels::dtype_size(dtype);
-    w.bytes = k_.sum_active_rank() * k_.K * es + double(k_.T) * k_.K * es + k_.sum_active_rank() * V_ * es +
-              2.0 * double(k_.T) * V_ * es;
+    w.bytes = k_.sum_active_rank() * k_.K * es + k_.lora_tokens() * k_.K * es + k_.sum_active_rank() * V_ * es +
+              2.0 * k_.lora_tokens() * V_ * es;
     w.flops = 2.0 * k_.lora_tokens_rank() * (double(k_.K) + V_);
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({k_.T, k_.r, k_.K});
-    bl.dense.push_back({k_.T, V_, k_.r});
-    bl.grouped = k_.groups(1, k_.K, true);
+    bl.dense.push_back({k_.T, k_.r, k_.K, false});
+    bl.dense.push_back({k_.T, V_, k_.r, true});  // the logits LoRA adds into the logits
+    bl.grouped.push_back({k_.groups(1, k_.K, true), false});
+    bl.grouped.push_back({k_.groups(V_, 0, false), true});
     return bl;
   }
   double rtol() const override { return default_rtol(dtype); }

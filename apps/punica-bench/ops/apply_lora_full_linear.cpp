@@ -65,7 +65,9 @@ class FullLinearProblem final : public Problem {
     Baseline bl;
     bl.dense.push_back({R_, out_, in_});
     auto act = active_set(map_, L_);
-    for (int l : act.active_slots) bl.grouped.push_back({act.tokens_of_slot[std::size_t(l)], out_, in_});
+    Baseline::Grouped g;  // the op replaces its rows: no accumulate
+    for (int l : act.active_slots) g.groups.push_back({act.tokens_of_slot[std::size_t(l)], out_, in_});
+    bl.grouped.push_back(g);
     return bl;
   }
   double rtol() const override { return default_rtol(dtype); }

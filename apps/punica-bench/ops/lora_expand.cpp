@@ -47,16 +47,16 @@ class ExpandProblem final : public Problem {
   Work work() const override {
     Work w;
     w.tokens = k_.T;
-    double yb = double(k_.T) * k_.sumN() * kernels::dtype_size(dtype);
+    double yb = k_.lora_tokens() * k_.sumN() * kernels::dtype_size(dtype);
     w.bytes = k_.sum_active_rank() * k_.sumN() * kernels::dtype_size(dtype) +
-              double(k_.S) * k_.T * k_.r * kernels::dtype_size(in_dtype_) + (add_inputs_ ? 2 : 1) * yb;
+              double(k_.S) * k_.lora_tokens() * k_.r * kernels::dtype_size(in_dtype_) + (add_inputs_ ? 2 : 1) * yb;
     w.flops = 2.0 * k_.lora_tokens_rank() * k_.sumN();
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({k_.T, int64_t(k_.sumN()), k_.r});
-    bl.grouped = k_.groups(int64_t(k_.sumN()), 0, false);
+    bl.dense.push_back({k_.T, int64_t(k_.sumN()), k_.r, add_inputs_});
+    bl.grouped.push_back({k_.groups(int64_t(k_.sumN()), 0, false), add_inputs_});
     return bl;
   }
   double rtol() const override { return default_rtol(dtype); }

@@ -43,15 +43,15 @@ class ShrinkProblem final : public Problem {
   Work work() const override {
     Work w;
     w.tokens = k_.T;
-    w.bytes = k_.S * k_.sum_active_rank() * k_.K * 2 + double(k_.T) * k_.K * kernels::dtype_size(dtype) +
-              double(k_.S) * k_.T * k_.r * kernels::dtype_size(out_dtype_);
+    w.bytes = k_.S * k_.sum_active_rank() * k_.K * 2 + k_.lora_tokens() * k_.K * kernels::dtype_size(dtype) +
+              double(k_.S) * k_.lora_tokens() * k_.r * kernels::dtype_size(out_dtype_);
     w.flops = 2.0 * k_.S * k_.lora_tokens_rank() * k_.K;
     return w;
   }
   Baseline baseline() const override {
     Baseline bl;
-    bl.dense.push_back({k_.T, int64_t(k_.S) * k_.r, k_.K});
-    bl.grouped = k_.groups(k_.S, k_.K, true);
+    bl.dense.push_back({k_.T, int64_t(k_.S) * k_.r, k_.K, false});  // the shrink writes y
+    bl.grouped.push_back({k_.groups(k_.S, k_.K, true), false});
     return bl;
   }
   double rtol() const override { return default_rtol(out_dtype_ == DType::f32 ? dtype : out_dtype_); }

@@ -181,6 +181,12 @@ struct LoraCommon {
     for (int l : act.active_slots) s += slot_rank[std::size_t(l)];
     return s;
   }
+  // Tokens that have an adapter: the only rows of x and y the op must move (DESIGN §7).
+  double lora_tokens() const {
+    double n = 0;
+    for (int l : act.active_slots) n += double(act.tokens_of_slot[std::size_t(l)]);
+    return n;
+  }
   double sumN() const { double s = 0; for (auto n : N) s += double(n); return s; }
   double lora_tokens_rank() const {  // Σ_t r_slot(t)
     double s = 0;
