@@ -20,7 +20,7 @@
 // Blocks per SM are set by the dynamic shared memory asked for. Timed as punica-bench times an op
 // (probe_timing.cuh: cold = events per call over 2 rotated 128 MB buffers, median of 30; graph = one
 // graph of 32 calls). A bare grid-stride read of the same 128 MB is the reference (probe_read.cuh).
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o ws_ring_probe scripts/probes/ws_ring_probe.cu
+// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o ws_ring_probe scripts/lab/probes/ws_ring_probe.cu
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <algorithm>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The few-adapters-in-many-slots regime from a result file of scenarios/bench_sparse_slots.json.
 
-    scripts/sparse_report.py SPARSE.json [BENCH.json]
+    scripts/lab/sparse_report.py SPARSE.json [BENCH.json]
 
 For every `*_hinted` case (the op got the batch's distinct adapters as num_active_loras) and its
 plain twin (the same case without the hint, the same run): the ratio hinted / plain, back to back

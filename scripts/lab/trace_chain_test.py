@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test of scripts/trace_chain.py on synthetic kernel timelines (CTest: trace_chain_script).
+"""Test of scripts/lab/trace_chain.py on synthetic kernel timelines (CTest: trace_chain_script).
 
 Known start / end times of zero -> shrink -> expand chains, ordinary and in a graph, one with the
 expand starting before the shrink ends (programmatic dependent launch) and one with a gap, must give
@@ -11,7 +11,8 @@ import os
 import sys
 import tempfile
 
-from script_checks import check, finish, run_script  # scripts/script_checks.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_checks import check, finish, run_script  # scripts/script_checks.py, one folder up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "trace_chain.py")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The GPU machine's setup shared by scripts/ab_device.sh and scripts/ab_bench_device.sh: unpacks
-# .carry/ab-bin.txz (scripts/stage_ab.sh) into .carry/ab and records, in LOGDIR, which commit each
+# The GPU machine's setup shared by scripts/lab/ab_device.sh and scripts/lab/ab_bench_device.sh: unpacks
+# .carry/ab-bin.txz (scripts/lab/stage_ab.sh) into .carry/ab and records, in LOGDIR, which commit each
 # variant is (refs.txt) and the GPU's name, clocks and temperature at the start (gpu.txt).
-#   scripts/ab_unpack.sh LOGDIR
+#   scripts/lab/ab_unpack.sh LOGDIR
 set -uo pipefail
 LOG=${1:?usage: ab_unpack.sh LOGDIR}
 mkdir -p "$LOG" .carry/ab

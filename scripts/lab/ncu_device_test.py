@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test of scripts/ncu_device.sh (the GPU machine's ncu profile of chosen cases) with fake ncu,
+"""Test of scripts/lab/ncu_device.sh (the GPU machine's ncu profile of chosen cases) with fake ncu,
 cuobjdump and punica-bench on the CPU (CTest: ncu_device_script).
 
 OUTDIR must hold one tarball with each case's report, the SASS of each profiled kernel once (two cases
@@ -14,7 +14,8 @@ import sys
 import tarfile
 import tempfile
 
-from script_checks import check, finish  # scripts/script_checks.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_checks import check, finish  # scripts/script_checks.py, one folder up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ncu_device.sh")

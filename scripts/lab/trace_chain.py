@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kernel chains in a timeline from scripts/probes/kernel_trace.cpp (a CUPTI injection library).
+"""Kernel chains in a timeline from scripts/lab/probes/kernel_trace.cpp (a CUPTI injection library).
 
 Pairs each LAST kernel (default: an expand) with the latest FIRST kernel (default: a shrink) that
 started before it on the same stream, in the same CUDA graph or both outside one, and with an
@@ -10,7 +10,7 @@ kernels' names and grids, graph or ordinary launch) it prints medians in microse
                       (programmatic dependent launch), < 0 a gap between them
   span                (lead or first).start to last.end: the chain's time on the GPU
 
-  scripts/trace_chain.py TRACE.csv [--first RE] [--last RE] [--lead RE] [--json OUT]
+  scripts/lab/trace_chain.py TRACE.csv [--first RE] [--last RE] [--lead RE] [--json OUT]
 
 Exit 2 on a file that is not such a CSV (naming the file and the missing column or bad row).
 """
@@ -58,7 +58,7 @@ def load(path):
         rows = csv.DictReader(f)
         missing = [c for c in COLUMNS if c not in (rows.fieldnames or [])]
         if missing:
-            fail(f"{path}: no column {missing[0]!r} (expected the header of scripts/probes/kernel_trace.cpp: "
+            fail(f"{path}: no column {missing[0]!r} (expected the header of scripts/lab/probes/kernel_trace.cpp: "
                  f"{','.join(COLUMNS)},...)")
         recs = []
         for i, r in enumerate(rows, start=2):
@@ -116,7 +116,7 @@ def summarize(found):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("trace", help="CSV written by scripts/probes/kernel_trace.cpp")
+    ap.add_argument("trace", help="CSV written by scripts/lab/probes/kernel_trace.cpp")
     ap.add_argument("--first", default="shrink", help="regex over the first kernel's name (default: shrink)")
     ap.add_argument("--last", default="expand", help="regex over the last kernel's name (default: expand)")
     ap.add_argument("--lead", default="zero", help="regex over an optional kernel before the first ('' for none)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test of scripts/sparse_report.py on synthetic result files (CTest: sparse_report_script).
+"""Test of scripts/lab/sparse_report.py on synthetic result files (CTest: sparse_report_script).
 
 Known times of hinted cases, their plain twins and a bench twin must give the known ratios; a failing
 case must not count; a file without hinted cases and a file that is not a result must exit 2.
@@ -9,7 +9,8 @@ import os
 import sys
 import tempfile
 
-from script_checks import check, finish, run_script  # scripts/script_checks.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_checks import check, finish, run_script  # scripts/script_checks.py, one folder up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "sparse_report.py")

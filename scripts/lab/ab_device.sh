@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU machine's side of scripts/stage_ab.sh: every variant's correctness tests once, then the
+# The GPU machine's side of scripts/lab/stage_ab.sh: every variant's correctness tests once, then the
 # gtest FILTER (perf tests) REPS times, variants interleaved in each round so that drift hits all
 # alike; logs and one tarball ab.tgz in OUTDIR (the device tool returns 8 files at most).
-#   scripts/ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]
+#   scripts/lab/ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]
 # CORRECT_FILTER (default '*'; the disabled perf tests are not run by it) selects the tests run once.
 # DEADLINE=S: no perf run starts once S seconds have passed since this script began. OUTDIR holds
-# only ab.tgz, rewritten after every run (scripts/ab_common.sh), so a call cut by the device tool's
+# only ab.tgz, rewritten after every run (scripts/lab/ab_common.sh), so a call cut by the device tool's
 # limit still returns what finished.
 set -uo pipefail
 OUT=${1:?usage: ab_device.sh OUTDIR TARGET FILTER REPS NAME [NAME...]}

@@ -10,7 +10,7 @@
 //   rmw-tileN   a block = 64 rows x N column tiles, the next tile's loads issued before the stores
 //   rmw-smem    a block = 64 rows x 4 column tiles staged by cp.async through a 2-stage ring in
 //               shared memory (the pipelined expand's memory structure, no mma)
-// Build: nvcc -O3 -arch=sm_90a -o rmw_probe scripts/probes/rmw_probe.cu
+// Build: nvcc -O3 -arch=sm_90a -o rmw_probe scripts/lab/probes/rmw_probe.cu
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <algorithm>

@@ -2,14 +2,14 @@
 # The GPU machine's profile of chosen cases: each NAME=FILTER case of SCENARIO checked once by
 # `punica-bench check --backend cuda` under `ncu --set full` at the GPU's own clocks
 # (--clock-control none: the clocks the suite's timings run at), then the SASS of every kernel ncu
-# profiled (cuobjdump -sass -fun) and a table of them all (scripts/ncu_summary.py).
-#   scripts/ncu_device.sh OUTDIR NAME=FILTER [NAME=FILTER...]      (carry [".carry"]: scripts/stage_device.sh)
+# profiled (cuobjdump -sass -fun) and a table of them all (scripts/lab/ncu_summary.py).
+#   scripts/lab/ncu_device.sh OUTDIR NAME=FILTER [NAME=FILTER...]      (carry [".carry"]: scripts/stage_device.sh)
 # FILTER is a regex over case ids, as `check -f` takes it; NAME names the report (letters, digits, _ . -).
 # SCENARIO (default scenarios/bench_lora_ops.json); KERNELS: ncu's kernel-name regex (default
 # 'shrink|expand': the ops' kernels and the shrink's zero kernel, not the metadata kernels); LAUNCHES
 # (default 6): launches profiled per case; NCU_SET (default full); STEP_TIMEOUT (default 150 s) caps
 # each case; LIMIT=S (the device call's limit): no case starts that would end past S if it took as
-# long as the longest case so far + 10%; DEADLINE=S: none starts after S s (scripts/ab_common.sh).
+# long as the longest case so far + 10%; DEADLINE=S: none starts after S s (scripts/lab/ab_common.sh).
 # PB, NCU, CUOBJDUMP name the binaries (defaults: the staged .carry/bin/punica-bench, unpacked from
 # .carry/punica-bin.txz when absent; ncu; cuobjdump).
 # OUTDIR holds one tarball, ncu.tgz (ncu/NAME.txt, sass/*.sass + sass/index.txt, summary.txt,

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU machine's side of a bench A/B: punica-bench binaries of several refs, staged here with
-#   scripts/stage_ab.sh punica-bench[,TEST...] NAME=REF [NAME=REF...]
+#   scripts/lab/stage_ab.sh punica-bench[,TEST...] NAME=REF [NAME=REF...]
 # each run over the same cases REPS times, the variants interleaved in each round so that drift
 # hits all alike; result JSON and logs in one tarball bench_ab.tgz in OUTDIR (the device tool
 # returns 8 files at most). Compare afterwards here: unpack it and run
-#   scripts/ab_compare.py DIR BASE NEW [NEW...]   (medians over the rounds, ratios per op and tokens)
+#   scripts/lab/ab_compare.py DIR BASE NEW [NEW...]   (medians over the rounds, ratios per op and tokens)
 # or `punica-bench compare` / `targets` on single files.
-#   scripts/ab_bench_device.sh OUTDIR 'FILTER' REPS NAME [NAME...]      (carry [".carry/ab-bin.txz"])
+#   scripts/lab/ab_bench_device.sh OUTDIR 'FILTER' REPS NAME [NAME...]      (carry [".carry/ab-bin.txz"])
 # SCENARIO (default scenarios/bench_lora_ops.json; several files separated by spaces); RUN_ARGS (default --no-baselines --sample-rows 16)
 # go to `run`: without --sample-rows the CPU checks every row, and the 8 Llama-3-8B prefill layer
 # cases ran past a 90 s cap that they meet in ~30 s with 16 rows (NOTES v15: a call lost to that);
@@ -16,7 +16,7 @@
 # seconds have passed since this script began (a skipped run is reported), so that a call ends
 # inside the device tool's limit instead of being cut; LIMIT=S (the call's limit, in the same
 # seconds): no run starts that would end past S if it took as long as the longest run so far + 10%.
-# OUTDIR holds only bench_ab.tgz, rewritten after every run (scripts/ab_common.sh), so a call cut
+# OUTDIR holds only bench_ab.tgz, rewritten after every run (scripts/lab/ab_common.sh), so a call cut
 # by the device tool's limit still returns every finished run.
 set -uo pipefail
 OUT=${1:?usage: ab_bench_device.sh OUTDIR FILTER REPS NAME [NAME...]}

@@ -5,7 +5,7 @@
 // exit. The program under it is not changed or rebuilt, e.g. (one command line each):
 //   CUDA_INJECTION64_PATH=$PWD/kernel_trace.so PUNICA_TRACE_OUT=chain.csv PUNICA_TRACE_FILTER='shrink|expand'
 //     punica-bench run --backend cuda --no-baselines -f 'add_lora_linear/...' scenarios/bench_lora_ops.json
-// then scripts/trace_chain.py chain.csv (each shrink -> expand chain: durations, overlap, span).
+// then scripts/lab/trace_chain.py chain.csv (each shrink -> expand chain: durations, overlap, span).
 //   PUNICA_TRACE_OUT     the CSV (default kernel_trace.csv); written to OUT.tmp, then renamed
 //   PUNICA_TRACE_FILTER  ECMAScript regex over the (mangled) kernel name; default: every kernel
 // Columns: name,start_ns,end_ns,stream,grid_x,grid_y,grid_z,block_x,correlation,graph_id,graph_node_id
@@ -14,7 +14,7 @@
 // Built by CMake as build/kernel_trace.so (target kernel_trace, wherever the toolkit has CUPTI;
 // scripts/stage_device.sh carries it with its libcupti in .carry/lib), or by hand (one command line;
 // no libcuda at link time):
-//   g++ -O2 -std=c++17 -shared -fPIC -o kernel_trace.so scripts/probes/kernel_trace.cpp
+//   g++ -O2 -std=c++17 -shared -fPIC -o kernel_trace.so scripts/lab/probes/kernel_trace.cpp
 //     -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcupti -Wl,-rpath,/usr/local/cuda/lib64
 // First run on the H200 in NOTES v37: the chain's shrink durations within 2-3% of ncu's (NOTES v36 part 2).
 #include <cupti.h>

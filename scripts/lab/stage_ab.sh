@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A/B of kernel variants on the GPU machine: builds test binaries at several git refs (each ref in its
 # own worktree and build folder under AB_DIR) and ships them, stripped, as .carry/ab-bin.txz with
-# scripts/ab_device.sh's input. The refs' names become the binaries' suffixes.
-#   scripts/stage_ab.sh TARGET[,TARGET...] NAME=REF [NAME=REF...]        e.g.
-#   scripts/stage_ab.sh lora_expand_test,add_lora_linear_test main=HEAD bulk=exp/expand-bulk
+# scripts/lab/ab_device.sh's input. The refs' names become the binaries' suffixes.
+#   scripts/lab/stage_ab.sh TARGET[,TARGET...] NAME=REF [NAME=REF...]        e.g.
+#   scripts/lab/stage_ab.sh lora_expand_test,add_lora_linear_test main=HEAD bulk=exp/expand-bulk
 # then on the GPU machine (carry [".carry"]):
-#   scripts/ab_device.sh OUTDIR TARGET 'GTEST_FILTER' REPS main bulk
-# (a bench A/B of punica-bench binaries: scripts/ab_bench_device.sh)
+#   scripts/lab/ab_device.sh OUTDIR TARGET 'GTEST_FILTER' REPS main bulk
+# (a bench A/B of punica-bench binaries: scripts/lab/ab_bench_device.sh)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 TARGETS=${1:?usage: stage_ab.sh TARGET[,TARGET...] NAME=REF [NAME=REF...]}
 shift
 [ $# -ge 1 ] || { echo "stage_ab.sh: give at least one NAME=REF" >&2; exit 2; }

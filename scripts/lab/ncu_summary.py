@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """One line per kernel launch of Nsight Compute text reports (`ncu --set full` details pages, as
-scripts/ncu_device.sh writes them; the launches in file order).
+scripts/lab/ncu_device.sh writes them; the launches in file order).
 
-    scripts/ncu_summary.py REPORT.txt [REPORT.txt ...] [--json OUT]
+    scripts/lab/ncu_summary.py REPORT.txt [REPORT.txt ...] [--json OUT]
 
 Columns: the report's file name, the kernel (its short name: the demangled or mangled name without
 namespaces, template arguments and parameters), grid x block, duration (us), DRAM throughput (% of

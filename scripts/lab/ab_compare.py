@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Compare the variants of a bench A/B (scripts/ab_bench_device.sh) round by round.
+"""Compare the variants of a bench A/B (scripts/lab/ab_bench_device.sh) round by round.
 
-    scripts/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--cases REGEX] [--best MARGIN] [--json FILE]
+    scripts/lab/ab_compare.py DIR BASE NEW [NEW...] [--top N] [--cases REGEX] [--best MARGIN] [--json FILE]
 
-    scripts/ab_compare.py --pair OLD NEW [--top N] [--cases REGEX] [--best MARGIN] [--json FILE]
+    scripts/lab/ab_compare.py --pair OLD NEW [--top N] [--cases REGEX] [--best MARGIN] [--json FILE]
 
 DIR is the folder that holds the result files `<variant>_<round>.json` (ab_bench_device.sh's
 `bench_ab/`), or its parent. --pair compares two single result files instead, as variants `old` and
@@ -15,7 +15,7 @@ and cold), and the N cases with the lowest and the highest back-to-back ratio. -
 lists every case whose id the regular expression matches (Python `re.search`), in id order.
 --best MARGIN (e.g. 0.05) ends with the cases where some NEW beats BASE by at least that fraction back
 to back or cold, each with its fastest variant both ways (the other way's ratio beside it): the table
-a kernel sweep (scripts/kernel_sweep_device.sh, BASE `auto`) is read from.
+a kernel sweep (scripts/lab/kernel_sweep_device.sh, BASE `auto`) is read from.
 
 Exit status: 0; 2 on bad input (no such folder, a variant without result files, a file that is not
 a punica-bench result); 3 when a case did not pass its correctness check in some round of some

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test of the GPU machine's A/B drivers, scripts/ab_bench_device.sh and scripts/ab_device.sh, with
+"""Test of the GPU machine's A/B drivers, scripts/lab/ab_bench_device.sh and scripts/lab/ab_device.sh, with
 fake binaries on the CPU (CTest: ab_device_scripts).
 
 The device tool returns at most 8 files from a call's $OUT and cuts a call at its limit: OUTDIR must
@@ -16,7 +16,8 @@ import tarfile
 import tempfile
 import time
 
-from script_checks import check, finish  # scripts/script_checks.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_checks import check, finish  # scripts/script_checks.py, one folder up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, "ab_bench_device.sh")

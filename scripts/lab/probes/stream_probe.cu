@@ -7,7 +7,7 @@
 // memset + empty kernel, to see the fixed cost of a call. `tile64+A<n>`: tile64x128B plus, per step, the
 // same k range of n rows of a small (L2-resident) matrix, as the fused shrink re-reads its A rows for
 // every 64-token tile (qkv r=16: 48 rows; 128-token tiles: 24 per 64 x rows).
-// Build: nvcc -O3 -arch=sm_90a -o stream_probe scripts/probes/stream_probe.cu
+// Build: nvcc -O3 -arch=sm_90a -o stream_probe scripts/lab/probes/stream_probe.cu
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test of scripts/ab_compare.py on synthetic A/B folders (CTest: ab_compare_script).
+"""Test of scripts/lab/ab_compare.py on synthetic A/B folders (CTest: ab_compare_script).
 
 Known per-round times must give the known median ratios; a failing case, a missing case, a variant
 without files and a file that is not a result must each give their exit status.
@@ -9,7 +9,8 @@ import os
 import sys
 import tempfile
 
-from script_checks import check, finish, run_script  # scripts/script_checks.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_checks import check, finish, run_script  # scripts/script_checks.py, one folder up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ab_compare.py")

@@ -1,5 +1,5 @@
-# Sourced by scripts/ab_bench_device.sh and scripts/ab_device.sh (the GPU machine's A/B drivers) and
-# scripts/ncu_device.sh:
+# Sourced by scripts/lab/ab_bench_device.sh and scripts/lab/ab_device.sh (the GPU machine's A/B drivers) and
+# scripts/lab/ncu_device.sh:
 # their runs live in a work folder outside OUTDIR, and OUTDIR holds one tarball, rewritten
 # atomically after every run, so a call cut by the device tool's limit still returns every finished
 # run (it returns 8 files at most: NOTES v28 part 5 lost a call to 22 loose files). DEADLINE=S (env):
@@ -8,7 +8,7 @@
 # so far plus 10% (NOTES v37: a ~106 s run started at 322 s of a 420 s call was cut with it).
 #   ab_begin OUTDIR NAME TGZ  makes WORK (removed at exit), unpacks the binaries (ab_unpack.sh) with
 #                             its logs into $WORK/NAME (also $AB_DIR), writes OUTDIR/TGZ; exit 2 on error
-#   ab_work OUTDIR NAME TGZ   the same without unpacking anything or writing TGZ (scripts/ncu_device.sh)
+#   ab_work OUTDIR NAME TGZ   the same without unpacking anything or writing TGZ (scripts/lab/ncu_device.sh)
 #   ab_pack                   rewrites OUTDIR/TGZ from $WORK/NAME
 #   ab_past_deadline WHAT     true (and says so in $AB_DIR/skipped.txt) when DEADLINE has passed, or
 #                             when LIMIT would be passed by a run as long as the longest so far
@@ -18,7 +18,7 @@ ab_begin() {
   "$(dirname "${BASH_SOURCE[0]}")/ab_unpack.sh" "$AB_DIR" || exit 2
   ab_pack || exit 2
 }
-ab_work() {  # ab_begin without the A/B binaries (scripts/ncu_device.sh): WORK, AB_DIR, the clock
+ab_work() {  # ab_begin without the A/B binaries (scripts/lab/ncu_device.sh): WORK, AB_DIR, the clock
   AB_OUT=$1 AB_NAME=$2 AB_TGZ=$3
   mkdir -p "$AB_OUT" || exit 2
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/ab_$AB_NAME.XXXXXX") || exit 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test of scripts/ncu_summary.py on synthetic Nsight Compute details pages (CTest: ncu_summary_script).
+"""Test of scripts/lab/ncu_summary.py on synthetic Nsight Compute details pages (CTest: ncu_summary_script).
 
 Two launches (a mangled and a demangled template name; durations in us and ms; shared memory in
 Kbyte and byte; a metric repeated in a later section) must give the known values in the table and
@@ -11,7 +11,8 @@ import os
 import sys
 import tempfile
 
-from script_checks import check, finish, run_script  # scripts/script_checks.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_checks import check, finish, run_script  # scripts/script_checks.py, one folder up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ncu_summary.py")
