@@ -1,5 +1,5 @@
-"""The failed-check list shared by the CPU tests of scripts/ (install_results_test.py)
-and scripts/lab/ (ab_compare_test.py, ab_device_test.py, ncu_device_test.py,
+"""The failed-check list shared by the CPU tests of scripts/ (install_results_test.py,
+plot_results_test.py) and scripts/lab/ (ab_compare_test.py, ab_device_test.py, ncu_device_test.py,
 ncu_summary_test.py, sparse_report_test.py, trace_chain_test.py): each check prints what failed and
 the test ends with `finish`, whose exit status is 1 when any check failed. Imported from scripts/
 (Python puts a script's folder first on sys.path; the lab's tests add their parent folder)."""
