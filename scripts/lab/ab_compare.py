@@ -7,8 +7,8 @@
 
 DIR is the folder that holds the result files `<variant>_<round>.json` (ab_bench_device.sh's
 `bench_ab/`), or its parent. --pair compares two single result files instead, as variants `old` and
-`new` of one round each (`.json`, or the gzipped `.json.gz` of results/history), e.g. an installed
-file against the one it replaced. Per case and variant it takes the median over the rounds of the cold
+`new` of one round each (`.json`, or a gzipped `.json.gz` as results/history at tag lab-archive
+keeps them), e.g. an installed file against the one it replaced (`git show HEAD~1:results/...`). Per case and variant it takes the median over the rounds of the cold
 time (`timing.time_us.median`) and of the back-to-back time (`timing.batch_time_us`), then prints
 for each NEW against BASE: the ratio NEW / BASE per (op, tokens) group (median, min, max; back to back
 and cold), and the N cases with the lowest and the highest back-to-back ratio. --cases REGEX also

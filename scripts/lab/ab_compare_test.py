@@ -94,7 +94,7 @@ with tempfile.TemporaryDirectory() as root:
     rc, out = run(d, "main", "new")
     check(rc == 0 and "2 / 3 rounds" in out, f"only <name>_<digits>.json files are rounds (got {rc}): {out}")
 
-    # --pair: two single files, the old one gzipped as results/history keeps it
+    # --pair: two single files, the old one gzipped (results/history's form at tag lab-archive)
     import gzip
     with gzip.open(os.path.join(root, "old.json.gz"), "wt") as f:
         json.dump({"cases": [case(x, "lora_expand", 64, 10, 4), case(y, "lora_shrink", 256, 20, 8)]}, f)

@@ -8,7 +8,7 @@
 # in OUTDIR/bench_ab.tgz. Back here, unpacked:
 #   scripts/lab/ab_compare.py DIR auto KIND [KIND...] --best 0.05   (each kind's time over the automatic
 #   choice's; --best: the cases where a kind is >= 5% faster, with the fastest kind both ways)
-# A named kind runs in its general configuration (README `--kernel`), so `auto` can beat them all.
+# A named kind runs in its general configuration (README.md, `--kernel`), so `auto` can beat them all.
 #   scripts/lab/kernel_sweep_device.sh OUTDIR FILTER REPS shrink|expand KIND [KIND...]
 # e.g. scripts/lab/kernel_sweep_device.sh OUT 'lora_shrink/.*ranks=64' 2 shrink auto fused fused_sk fused_wk fused_wg
 # (carry [".carry/ab-bin.txz"]; SWEEP_BIN=NAME takes .carry/ab/bin/punica-bench_NAME, default main)
