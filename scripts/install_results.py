@@ -6,23 +6,19 @@
 DIRs hold the tarballs of `scripts/standing_check.sh` (parts a and b): q.tgz, f.tgz, l.tgz, l8.tgz,
 m.tgz, all five required. With --layers they hold its part x instead (x70.tgz, x8.tgz: the layer
 scenarios under `mpirun -np N` on an N-GPU machine), installed into results/h200xN/. Before
-anything moves it checks that every result JSON in them names one git sha, clean, and that every
-step of every profile exited 0 (logs/steps.txt). Then the files now in
-results/h200 and results/h200x2 go to results/history/<their sha>/ (JSON gzipped, without name or
-time stamp, so that `gunzip` restores them byte for byte; logs and plots beside the JSON they belong
-to), the new ones take their places, and the plots are regenerated from the new bench file. The
-README's and NOTES' text is left to the author. Exit 2 on bad input, nothing moved.
---keep m installs without part b's microbench (m.tgz may be absent or failed): the microbench files
-in results/h200 stay, at the sha they name, and the README must say so. --keep l likewise keeps the
-2-GPU layer files (parts l and l8, results/h200x2/), e.g. for a check on a 1-GPU machine, where the
-tp 2 cases cannot run. --keep f keeps the full profile's files (the vLLM grid, bench_llama3_8b,
-bench_sparse_slots and their logs), e.g. after a call that had time for part q only
-(`standing_check.sh OUTDIR q`).
+anything changes it checks that every result JSON in them names one git sha, clean, and that every
+step of every profile exited 0 (logs/steps.txt). Then each new result JSON replaces its predecessor
+in place (git keeps the old one; results/ holds only the newest file per machine and scenario), grid
+shards the new set lacks are removed, and the plots are redrawn from the new bench file. The logs
+stay in the tarballs; they are not installed. Exit 2 on bad input, nothing changed.
+--keep m installs without part b's microbench (m.tgz may be absent or failed): the microbench file
+in results/h200 stays, at the sha it names. --keep l likewise keeps the 2-GPU layer files (parts l
+and l8, results/h200x2/), e.g. for a check on a 1-GPU machine, where the tp 2 cases cannot run.
+--keep f keeps the full profile's files (the vLLM grid, bench_llama3_8b, bench_sparse_slots), e.g.
+after a call that had time for part q only (`standing_check.sh OUTDIR q`).
 """
 import argparse
 import functools
-import gzip
-import io
 import json
 import os
 import shutil
@@ -41,19 +37,10 @@ def layer_places(n, p70, p8):
     return [
         (p70, f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama70b_prefill_np{n}.json"),
         (p70, f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama70b_decode_np{n}.json"),
-        (p70, "logs.tgz", f"h200x{n}/layers_llama70b_logs.tgz"),
         (p8, f"layers_ci_np{n}.json", f"h200x{n}/layers_ci_np{n}.json"),
         (p8, f"layers_llama_prefill_np{n}.json", f"h200x{n}/layers_llama_prefill_np{n}.json"),
         (p8, f"layers_llama_decode_np{n}.json", f"h200x{n}/layers_llama_decode_np{n}.json"),
-        (p8, "logs.tgz", f"h200x{n}/layers_llama8b_logs.tgz"),
     ]
-
-
-def layer_companion(n):
-    return {
-        f"h200x{n}/layers_llama70b_logs.tgz": f"h200x{n}/layers_llama70b_prefill_np{n}.json",
-        f"h200x{n}/layers_llama8b_logs.tgz": f"h200x{n}/layers_llama_prefill_np{n}.json",
-    }
 
 
 # --layers (standing_check.sh part x on an N-GPU machine)
@@ -63,24 +50,13 @@ LAYER_PARTS = ["x70", "x8"]
 PLACES = [
     ("q", "bench_lora_ops.json", "h200/bench_lora_ops.json"),
     ("q", "check_smoke.json", "h200/check_smoke.json"),
-    ("q", "logs.tgz", "h200/device_check_quick_logs.tgz"),
     ("f", "bench_llama3_8b.json", "h200/bench_llama3_8b.json"),
     ("f", "bench_sparse_slots.json", "h200/bench_sparse_slots.json"),
-    ("f", "logs.tgz", "h200/device_check_full_logs.tgz"),
     *layer_places(2, "l", "l8"),
     ("m", "microbench_h200.json", "h200/microbench_h200.json"),
-    ("m", "microbench_h200_stderr.txt", "h200/microbench_h200_stderr.txt"),
 ]
 GRID = "h200/check_vllm_grid"
 
-# files without a sha of their own go to history with the JSON they came with
-COMPANION = {
-    "h200/device_check_quick_logs.tgz": "h200/bench_lora_ops.json",
-    "h200/device_check_full_logs.tgz": "h200/bench_llama3_8b.json",
-    **layer_companion(2),
-    "h200/microbench_h200_stderr.txt": "h200/microbench_h200.json",
-    "h200/plots": "h200/bench_lora_ops.json",
-}
 
 
 def layer_np(tmp):
@@ -107,7 +83,7 @@ def die(msg):
     sys.exit(2)
 
 
-@functools.lru_cache(maxsize=None)  # a companion JSON (the bench file: logs, plots) is read once
+@functools.lru_cache(maxsize=None)  # each file is read once
 def sha_of(path):
     """(sha, dirty) a result file names: tool.git_sha of punica-bench's JSON, context.punica_git_sha
     of the microbench's (Google Benchmark JSON, no dirty flag)."""
@@ -193,11 +169,9 @@ def main():
             steps_ok(p, os.path.join(tmp, p))
         if a.layers:
             n = layer_np(tmp)
-            places, companion, grid, gdir = layer_places(n, *LAYER_PARTS), layer_companion(n), [], None
+            places, grid, gdir, new_grid = layer_places(n, *LAYER_PARTS), [], None, False
         else:
             places = [pl for pl in PLACES if pl[0] in parts]
-            kept = {dst for p, _, dst in PLACES if p in keep}
-            companion = {k: v for k, v in COMPANION.items() if k not in kept}
             grid, gdir = [], None
             new_grid = "f" not in keep  # the vLLM grid comes with part f (--keep f: it stays)
             if new_grid:
@@ -234,56 +208,32 @@ def main():
             die("the new files name more than one git sha: " + "; ".join(f"{s}: {', '.join(v)}" for s, v in shas.items()))
         new_sha = next(iter(shas))
 
-        # where each current file goes: history/<its sha, or its companion's>/
-        current = [dst for _, _, dst in places if os.path.exists(os.path.join(res, dst))]
-        if not a.layers:
-            if new_grid and os.path.isdir(os.path.join(res, GRID)):
-                current += sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID)))
-            current += ["h200/plots"] if os.path.isdir(os.path.join(res, "h200/plots")) else []
-        moves = []
-        for rel in current:
-            comp = companion.get(rel, rel)
-            if not comp.endswith(".json") or not os.path.isfile(os.path.join(res, comp)):
-                die(f"results/{rel}: cannot tell which run it belongs to (results/{comp} missing)")
-            sha, _ = sha_of(os.path.join(res, comp))
-            if sha == new_sha:
-                die(f"results/{rel} already is at {new_sha}: nothing to move to history")
-            # history keeps h200/ files at the folder's top and h200xN/ files in h200xN/
-            hrel = rel[len("h200/"):] if rel.startswith("h200/") else rel
-            hdst = os.path.join(res, "history", sha[:12], hrel + (".gz" if rel.endswith(".json") else ""))
-            if os.path.exists(hdst):
-                die(f"{hdst} exists already: refusing to overwrite history")
-            moves.append((rel, hdst))
+        # what each new file replaces (git keeps the old one), and the grid shards the new set lacks
+        replaced, stale = [], []
+        for _, dst in new:
+            p = os.path.join(res, dst)
+            replaced.append((dst, sha_of(p)[0][:12] if os.path.isfile(p) else None))
+        if new_grid and os.path.isdir(os.path.join(res, GRID)):
+            stale = sorted(f"{GRID}/{g}" for g in os.listdir(os.path.join(res, GRID)) if g not in grid)
 
         print(f"new files: {len(new)} at {new_sha}")
-        for rel, hdst in moves:
-            print(f"  results/{rel} -> {os.path.relpath(hdst, os.path.dirname(res))}")
+        for dst, old in replaced:
+            print(f"  results/{dst}" + (f" (replaces {old})" if old else " (new)"))
+        for rel in stale:
+            print(f"  results/{rel} removed (not in the new grid)")
         if a.dry_run:
             return 0
 
-        for rel, hdst in moves:
-            src = os.path.join(res, rel)
-            os.makedirs(os.path.dirname(hdst), exist_ok=True)
-            if rel.endswith(".json"):
-                with open(src, "rb") as fi:
-                    data = fi.read()
-                buf = io.BytesIO()
-                with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buf, mtime=0) as gz:
-                    gz.write(data)
-                write_atomic(hdst, buf.getvalue())
-                os.remove(src)
-            else:
-                shutil.move(src, hdst)
         for src, dst in new:
             d = os.path.join(res, dst)
             os.makedirs(os.path.dirname(d), exist_ok=True)
             with open(src, "rb") as fi:
                 write_atomic(d, fi.read())
-        if a.layers:
-            print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history")
-            return 0
-        if a.no_plots:
-            print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history (plots not redrawn)")
+        for rel in stale:
+            os.remove(os.path.join(res, rel))
+        done = f"installed {len(new)} files at {new_sha}, replacing {sum(1 for _, o in replaced if o)}"
+        if a.layers or a.no_plots:
+            print(done + ("" if a.layers else " (plots not redrawn)"))
             return 0
         plot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot_results.py")
         # plot_results.py needs matplotlib, which this interpreter may lack (Debian's python3 has it)
@@ -296,7 +246,7 @@ def main():
             print("install_results: plot_results.py failed (rc %d); the results are in place, the plots are not" % rc,
                   file=sys.stderr)
             return 1
-        print(f"installed {len(new)} files at {new_sha}; moved {len(moves)} to history")
+        print(done)
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Test of scripts/install_results.py on synthetic standing-check tarballs (CTest: install_results_script).
 
-Each bad input must exit 2 and leave results/ untouched; a good one must move every current file to
-history/<its sha>/ (JSON gzipped, gunzip giving back the same bytes) and put the new files in place.
+Each bad input must exit 2 and leave results/ untouched; a good one must put each new result JSON in
+place of its predecessor (no history folder: git keeps the old files), remove the grid shards the new
+set lacks, install no logs, and leave every other file (TARGETS.md) alone.
 """
-import gzip
 import hashlib
 import io
 import json
@@ -100,7 +100,7 @@ def make_layer_parts(d, sha, n=4, *, n70=None, skip=(), bad_step=False):
 
 
 def check_layers_mode(t, res):
-    """--layers: part x's files go to results/h200xN/, the ones there before to history/<sha>/h200xN/."""
+    """--layers: part x's files go to results/h200xN/, replacing the ones there before."""
     first, second = "cccccccccccc", "dddddddddddd"
     before = tree_digest(res)
     bad = {
@@ -121,21 +121,22 @@ def check_layers_mode(t, res):
     r = run(["--layers", d1, "--results", res])
     check(r.returncode == 0, f"layers install: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
     for rel, tag in [("h200x4/layers_ci_np4.json", "ci"), ("h200x4/layers_llama70b_prefill_np4.json", "p70"),
-                     ("h200x4/layers_llama_decode_np4.json", "d8"), ("h200x4/layers_llama8b_logs.tgz", None)]:
+                     ("h200x4/layers_llama_decode_np4.json", "d8")]:
         p = os.path.join(res, rel)
         ok = os.path.isfile(p)
         check(ok, f"layers install: {rel} not in place")
-        if ok and tag:
+        if ok:
             check(f'"x{tag}"' in open(p).read() and first in open(p).read(), f"layers install: {rel} is not part x's {tag}")
-    check(not os.path.exists(os.path.join(res, "history", first)), "layers install: nothing was there to move")
+    check(sorted(os.listdir(os.path.join(res, "h200x4"))) == sorted(
+        f"layers_{k}_np4.json" for k in ["ci", "llama_prefill", "llama_decode", "llama70b_prefill", "llama70b_decode"]),
+        "layers install: exactly the five result JSONs (no logs)")
     r = run(["--layers", d2, "--results", res])
     check(r.returncode == 0, f"layers re-install: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
-    hp = os.path.join(res, "history", first, "h200x4", "layers_llama70b_decode_np4.json.gz")
-    check(os.path.isfile(hp), f"layers re-install: {hp} missing")
-    check(os.path.isfile(os.path.join(res, "history", first, "h200x4", "layers_llama70b_logs.tgz")),
-          "layers re-install: the 70B logs must follow their JSON into history")
-    p = os.path.join(res, "h200x4/layers_ci_np4.json")
-    check(os.path.isfile(p) and second in open(p).read(), "layers re-install: the second run's file is not in place")
+    check("replaces " + first in r.stdout, f"layers re-install: should say what it replaces: {r.stdout!r}")
+    for rel in ["h200x4/layers_ci_np4.json", "h200x4/layers_llama70b_decode_np4.json"]:
+        p = os.path.join(res, rel)
+        check(os.path.isfile(p) and second in open(p).read(), f"layers re-install: {rel}: the second run's file is not in place")
+    check(not os.path.exists(os.path.join(res, "history")), "layers re-install: no history folder")
 
 
 def keep_installed(t, name, keep, old, new, missing, **parts):
@@ -154,8 +155,7 @@ def keep_installed(t, name, keep, old, new, missing, **parts):
     check(r.returncode == 0, f"--keep {keep}: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
     p = os.path.join(res, "h200/bench_lora_ops.json")
     check(os.path.isfile(p) and new in open(p).read(), f"--keep {keep}: the bench file must be the new one")
-    check(os.path.isfile(os.path.join(res, "history", old, "bench_lora_ops.json.gz")),
-          f"--keep {keep}: the old bench file to history")
+    check(not os.path.exists(os.path.join(res, "history")), f"--keep {keep}: no history folder")
     return res
 
 
@@ -166,10 +166,6 @@ def check_keep_micro(t):
     res = keep_installed(t, "keep_m", "m", old, "ffffffffffff", "m.tgz", bad_step_part="m")
     p = os.path.join(res, "h200/microbench_h200.json")
     check(os.path.isfile(p) and old in open(p).read(), "--keep m: the microbench file must stay at its old sha")
-    check(open(os.path.join(res, "h200/microbench_h200_stderr.txt"), "rb").read() == b"old stderr\n",
-          "--keep m: the microbench stderr must stay")
-    check(not os.path.exists(os.path.join(res, "history", old, "microbench_h200.json.gz")),
-          "--keep m: the kept microbench must not go to history")
     d2 = os.path.join(t, "keep_m_absent")
     make_parts(d2, "abababababab", skip=("m",))
     r = run([d2, "--results", res, "--no-plots", "--keep", "m"])
@@ -178,22 +174,20 @@ def check_keep_micro(t):
 
 def check_keep_layers(t):
     """--keep l: parts l and l8 (the 2-GPU layer files) absent, e.g. a check on one GPU: the layer files
-    stay at their sha, with their logs, and nothing of theirs goes to history; the rest installs.
+    stay at their sha; the rest installs.
     Without --keep the missing parts are refused."""
     old, new = "cccccccccccc", "dddddddddddd"
     res = keep_installed(t, "keep_l", "l", old, new, "l.tgz", skip=("l", "l8"))
     for rel in ["h200x2/layers_ci_np2.json", "h200x2/layers_llama70b_prefill_np2.json"]:
         p = os.path.join(res, rel)
         check(os.path.isfile(p) and old in open(p).read(), f"--keep l: {rel} must stay at its old sha")
-    check(os.path.isfile(os.path.join(res, "h200x2/layers_llama8b_logs.tgz")), "--keep l: the layer logs must stay")
-    check(not os.path.exists(os.path.join(res, "history", old, "h200x2")), "--keep l: no layer file may go to history")
     p = os.path.join(res, "h200/microbench_h200.json")
     check(os.path.isfile(p) and new in open(p).read(), "--keep l: the microbench must be the new one")
 
 
 def check_keep_full(t):
     """--keep f (part q alone, standing_check.sh OUTDIR q): the full profile's files, the vLLM grid
-    among them, stay at their sha and nothing of theirs goes to history; part q's files install.
+    among them (every shard), stay at their sha; part q's files install.
     Without --keep the missing part is refused."""
     old, new = "a1a1a1a1a1a1", "b2b2b2b2b2b2"
     res = os.path.join(t, "results_keep_f")
@@ -207,17 +201,14 @@ def check_keep_full(t):
         check(tree_digest(res) == before, f"--keep {keeps}: results/ changed")
     r = run([d, "--results", res, "--no-plots", "--keep", "f", "--keep", "l", "--keep", "m"])
     check(r.returncode == 0, f"--keep f --keep l --keep m: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
-    for rel in ["h200/bench_llama3_8b.json", "h200/check_vllm_grid/check_vllm_grid_0.json"]:
+    for rel in ["h200/bench_llama3_8b.json", "h200/check_vllm_grid/check_vllm_grid_0.json",
+                "h200/check_vllm_grid/check_vllm_grid_2.json"]:
         p = os.path.join(res, rel)
         check(os.path.isfile(p) and old in open(p).read(), f"--keep f: {rel} must stay at its old sha")
-    check(open(os.path.join(res, "h200/device_check_full_logs.tgz"), "rb").read() == b"f", "--keep f: the full logs must stay")
-    check(not os.path.exists(os.path.join(res, "history", old, "bench_llama3_8b.json.gz")),
-          "--keep f: the kept Llama file must not go to history")
-    check(not os.path.exists(os.path.join(res, "history", old, "check_vllm_grid")), "--keep f: no grid shard may go to history")
     for rel in ["h200/bench_lora_ops.json", "h200/check_smoke.json"]:
         p = os.path.join(res, rel)
         check(os.path.isfile(p) and new in open(p).read(), f"--keep f: {rel} must be the new one")
-    check(os.path.isfile(os.path.join(res, "history", old, "check_smoke.json.gz")), "--keep f: the old smoke file to history")
+    check(not os.path.exists(os.path.join(res, "history")), "--keep f: no history folder")
 
 
 def make_results(r, sha):
@@ -225,15 +216,14 @@ def make_results(r, sha):
     files = {
         "h200/bench_lora_ops.json": result_json(sha, tag="b"), "h200/check_smoke.json": result_json(sha, tag="s"),
         "h200/bench_llama3_8b.json": result_json(sha, tag="8"), "h200/microbench_h200.json": micro_json(sha),
-        "h200/microbench_h200_stderr.txt": b"old stderr\n", "h200/device_check_quick_logs.tgz": b"q",
-        "h200/device_check_full_logs.tgz": b"f", "h200/check_vllm_grid/check_vllm_grid_0.json": result_json(sha, tag="g0"),
+        "h200/check_vllm_grid/check_vllm_grid_0.json": result_json(sha, tag="g0"),
+        "h200/check_vllm_grid/check_vllm_grid_2.json": result_json(sha, tag="g2"),
         "h200/plots/floor_fraction.png": b"png", "h200x2/layers_ci_np2.json": result_json(sha, tag="ci"),
         "h200x2/layers_llama_prefill_np2.json": result_json(sha, tag="p8"),
         "h200x2/layers_llama_decode_np2.json": result_json(sha, tag="d8"),
         "h200x2/layers_llama70b_prefill_np2.json": result_json(sha, tag="p70"),
         "h200x2/layers_llama70b_decode_np2.json": result_json(sha, tag="d70"),
-        "h200x2/layers_llama8b_logs.tgz": b"l8", "h200x2/layers_llama70b_logs.tgz": b"l70",
-        "h200/experiments/keep.txt": b"not a result",
+        "TARGETS.md": b"# targets\n",
     }
     for rel, data in files.items():
         p = os.path.join(r, rel)
@@ -299,34 +289,28 @@ def main():
         r = run([a_dir, b_dir, "--results", res, "--no-plots"])
         check(r.returncode == 0, f"install: exit 0 expected, got {r.returncode} ({r.stderr.strip()})")
 
-        hist = os.path.join(res, "history", old)
-        for rel, data in old_files.items():
-            if rel.startswith("h200/experiments/"):
-                check(os.path.isfile(os.path.join(res, rel)), f"{rel}: must stay")
-                continue
-            hrel = rel[len("h200/"):] if rel.startswith("h200/") else rel
-            if rel.endswith(".json"):
-                hp = os.path.join(hist, hrel + ".gz")
-                ok = os.path.isfile(hp)
-                check(ok, f"{rel}: not in history as {hp}")
-                if ok:
-                    with gzip.open(hp, "rb") as g:
-                        check(g.read() == data, f"{rel}: gunzip does not give back its bytes")
-            else:
-                hp = os.path.join(hist, hrel)
-                check(os.path.isfile(hp), f"{rel}: not in history as {hp}")
-        for rel in ["h200/bench_lora_ops.json", "h200/check_vllm_grid/check_vllm_grid_1.json",
-                    "h200x2/layers_llama70b_prefill_np2.json", "h200x2/layers_ci_np2.json", "h200/microbench_h200.json"]:
+        check("replaces " + old in r.stdout and "check_vllm_grid_2.json removed" in r.stdout,
+              f"install: should say what it replaces and removes: {r.stdout!r}")
+        for rel in ["h200/bench_lora_ops.json", "h200/check_smoke.json", "h200/bench_llama3_8b.json",
+                    "h200/bench_sparse_slots.json", "h200/check_vllm_grid/check_vllm_grid_0.json",
+                    "h200/check_vllm_grid/check_vllm_grid_1.json", "h200x2/layers_llama70b_prefill_np2.json",
+                    "h200x2/layers_ci_np2.json", "h200/microbench_h200.json"]:
             p = os.path.join(res, rel)
             check(os.path.isfile(p) and new in open(p).read(), f"{rel}: the new file is not in place")
         p = os.path.join(res, "h200x2/layers_ci_np2.json")
         check(os.path.isfile(p) and '"xci"' in open(p).read(), "layers_ci_np2.json must be the 8B call's (l8), not the 70B call's")
-        check(not os.path.exists(os.path.join(res, "h200/check_vllm_grid/check_vllm_grid_0.json.gz")), "stray .gz in h200/")
+        check(not os.path.exists(os.path.join(res, "h200/check_vllm_grid/check_vllm_grid_2.json")),
+              "the grid shard the new set lacks must be removed")
+        check(not os.path.exists(os.path.join(res, "history")), "no history folder: git keeps the old files")
+        check(open(os.path.join(res, "TARGETS.md"), "rb").read() == old_files["TARGETS.md"], "TARGETS.md must stay")
+        left = sorted(os.path.relpath(os.path.join(dp, f), res) for dp, _, fs in os.walk(res) for f in fs)
+        check(not [f for f in left if not (f.endswith(".json") or f.endswith(".png") or f == "TARGETS.md")],
+              f"only result JSON, plots and TARGETS.md expected in results/: {left}")
 
-        # a second install of the same files would overwrite nothing: it refuses
+        # a second install of the same files changes nothing
         after = tree_digest(res)
         r = run([a_dir, b_dir, "--results", res, "--no-plots"])
-        check(r.returncode == 2 and "already is at" in r.stderr, f"re-install: refusal expected ({r.returncode}, {r.stderr.strip()})")
+        check(r.returncode == 0, f"re-install: exit 0 expected ({r.returncode}, {r.stderr.strip()})")
         check(tree_digest(res) == after, "re-install: results/ changed")
 
         check_keep_micro(t)

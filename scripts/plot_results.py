@@ -7,7 +7,7 @@ Writes, per op: time_vs_tokens_<op>.png (median cold time vs tokens, p10-p90 ban
 drawn dashed, the copy baseline dotted where the results have it, one colour per shape) and
 floor_fraction.png (fraction of the floor per case, grouped by op, the 0.8 target line, and a
 black tick per case for the floor fraction a copy of the same bytes reaches). Needs matplotlib
-(Debian python3-matplotlib).
+(Debian python3-matplotlib, which scripts/setup.sh installs); without it, exit 4 with a message.
 """
 import argparse
 import collections
@@ -15,7 +15,12 @@ import json
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    print(f"plot_results.py: matplotlib is missing for {sys.executable}: install the Debian package "
+          "python3-matplotlib (scripts/setup.sh does) or `pip install matplotlib`, then run again", file=sys.stderr)
+    sys.exit(4)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

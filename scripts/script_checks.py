@@ -1,8 +1,8 @@
-"""The failed-check list shared by the CPU tests of scripts/ (ab_compare_test.py, ab_device_test.py,
-install_results_test.py, ncu_device_test.py, ncu_summary_test.py, sparse_report_test.py,
-trace_chain_test.py): each check prints what failed and the test ends with `finish`, whose exit
-status is 1 when any check failed. Imported from the tests' own folder (Python puts a script's
-folder first on sys.path)."""
+"""The failed-check list shared by the CPU tests of scripts/ (install_results_test.py,
+plot_results_test.py) and scripts/lab/ (ab_compare_test.py, ab_device_test.py, ncu_device_test.py,
+ncu_summary_test.py, sparse_report_test.py, trace_chain_test.py): each check prints what failed and
+the test ends with `finish`, whose exit status is 1 when any check failed. Imported from scripts/
+(Python puts a script's folder first on sys.path; the lab's tests add their parent folder)."""
 import subprocess
 import sys
 
@@ -10,7 +10,7 @@ failures = []
 
 
 def run_script(script, *args):
-    """Run a Python script of scripts/ with ARGS: (exit status, stdout + stderr)."""
+    """Run a Python script with ARGS: (exit status, stdout + stderr)."""
     p = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
     return p.returncode, p.stdout + p.stderr
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(cmake g++ ninja-build libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev libeigen3-dev
-      libbenchmark-dev libgtest-dev python3)
+      libbenchmark-dev libgtest-dev python3 python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,7 +14,7 @@ cp "$BUILD_DIR"/apps/punica-bench/punica-bench .carry/bin/
 # heuristics_test runs in CI (CPU only): not carried
 find "$BUILD_DIR"/kernels -maxdepth 1 -type f -name '*_test' ! -name heuristics_test -executable -exec cp {} .carry/bin/ \;
 strip .carry/bin/* || true
-# the CUPTI timeline library (scripts/probes/kernel_trace.cpp; built where the toolkit has CUPTI): there,
+# the CUPTI timeline library (scripts/lab/probes/kernel_trace.cpp; built where the toolkit has CUPTI): there,
 # CUDA_INJECTION64_PATH=$PWD/.carry/lib/kernel_trace.so LD_LIBRARY_PATH=$PWD/.carry/lib
 [ -f "$BUILD_DIR"/kernel_trace.so ] && cp "$BUILD_DIR"/kernel_trace.so .carry/lib/
 # the shared libraries the GPU machine may lack: libbenchmark (the microbench), libcupti (the tracer)

@@ -238,10 +238,10 @@ nlohmann::json load_result(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
-  // results/history keeps its JSON gzipped: name the way to read it instead of a parse error at byte 1
+  // results/history (tag lab-archive) keeps its JSON gzipped: name the way to read it instead of a parse error at byte 1
   PUNICA_REQUIRE(!(text.size() >= 2 && uint8_t(text[0]) == 0x1f && uint8_t(text[1]) == 0x8b), ErrorKind::usage,
-                 path + ": is gzip-compressed (results/history keeps its JSON gzipped): `gunzip -c " + path +
-                     " > FILE.json` and pass FILE.json, or compare it with scripts/ab_compare.py --pair OLD NEW");
+                 path + ": is gzip-compressed (results/history at tag lab-archive keeps its JSON gzipped): `gunzip -c " + path +
+                     " > FILE.json` and pass FILE.json, or compare it with scripts/lab/ab_compare.py --pair OLD NEW");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -191,7 +191,7 @@ inline bool auto_wg(int64_t T, int S, int max_rank, int64_t max_loras) {
 // The wgmma tile for N = 48 (qkv r=16) and N = 64 (one slice r=64, mixed ranks up to 64) between
 // auto_wg's ranges, in a standalone lora_shrink only: N = 64 from 1025 to 3072 tokens, N = 48 from
 // 1536 to 4095, each with auto_wg's 256 tokens per adapter. Found by ranking every kernel kind under
-// the bench's own timing (`--kernel`, scripts/kernel_sweep_device.sh, results/NOTES.md v35 parts 1-2;
+// the bench's own timing (`--kernel`, scripts/lab/kernel_sweep_device.sh, results/NOTES.md v35 parts 1-2;
 // the perf tests of NOTES v10 had put N = 48 behind at T=2048). Bench A/B of one binary with the
 // bounds as knobs (H200, one round, back to back / cold against the kernel taken before): one slice
 // r=64 with 1 or 8 adapters 0.85-1.00 / 0.86-1.02 at T=1536-3072, and at T=4096 0.87-0.91 for H=4096

@@ -30,7 +30,7 @@ struct LoraShrinkArgs {
 };
 
 // Some of its kernels are programmatic dependents of the kernel before them on `stream`: the
-// metadata and lora_ranks (and lora_b) must not be written by that kernel (README, "Programmatic
+// metadata and lora_ranks (and lora_b) must not be written by that kernel (kernels/README.md, "Programmatic
 // dependent launch"); x and y may be.
 void launch_lora_shrink(const LoraShrinkArgs& args, cudaStream_t stream);
 
