@@ -20,6 +20,7 @@
 #include "apps/punica-bench/targets.h"
 #include "apps/punica-bench/runner.h"
 #include "apps/punica-bench/scenario.h"
+#include "apps/punica-bench/table.h"
 #include "kernels/common/error.h"
 
 using namespace punica;
@@ -105,7 +106,7 @@ void add_common(CLI::App* sc, CommonOpts& o, bool running) {
   sc->add_option("-o,--output", o.output, "Write the result JSON (punica-bench.result/1) here; '-' = stdout");
   sc->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
   sc->add_flag("--print-repro", o.print_repro, "Print a one-line command reproducing each case");
-  sc->add_flag("-v,--verbose", o.verbose, "More detail on stderr");
+  sc->add_flag("-v,--verbose", o.verbose, "More detail on stderr, full case ids in the table");
   sc->add_flag("-q,--quiet", o.quiet, "Only failures on stderr");
   sc->add_option("--sample-rows", o.sample_rows,
                  "Check only N deterministic rows per case (large cases on the CPU; 0 = every row)")
@@ -291,7 +292,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
     if (o.output == "-") {
       write_json_atomic("-", doc, true);
     } else {
-      std::cout << format_table(doc);
+      std::cout << format_results_table(doc, o.verbose > 0);  // 160 columns; -v: full ids
       if (!o.output.empty()) {
         write_json_atomic(o.output, doc, o.overwrite);
         std::cout << "# wrote " << o.output << "\n";
