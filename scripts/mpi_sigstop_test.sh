@@ -21,13 +21,22 @@ trap cleanup EXIT
 say() { echo "mpi_sigstop_test: $*" >&2; }
 
 # rank 1: the descendant of this mpirun whose environment says OMPI_COMM_WORLD_RANK=1 (or PMIX_RANK=1)
+children() {  # the pids whose parent is $1 (from /proc, no procps needed)
+  local parent=$1 st line rest
+  for st in /proc/[0-9]*/stat; do
+    { read -r line <"$st"; } 2>/dev/null || continue
+    rest=${line##*) }  # after the command name, which may hold spaces: "STATE PPID ..."
+    set -- $rest
+    [ "${2:-}" = "$parent" ] && { st=${st#/proc/}; echo "${st%/stat}"; }
+  done
+}
 descendants() {
   local todo="$1" all="" kids p
   while [ -n "$todo" ]; do
     kids=""
     for p in $todo; do
       all="$all $p"
-      kids="$kids $(ps -o pid= --ppid "$p" 2>/dev/null | tr '\n' ' ')"
+      kids="$kids $(children "$p")"
     done
     todo=$(echo $kids)
   done

@@ -228,4 +228,8 @@ pb_bash(cli_check_result_not_timed "
 if(MPIEXEC_BIN)
   pb_test(mpi_fault_sigstop_np2 ${CMAKE_SOURCE_DIR}/scripts/mpi_sigstop_test.sh 15 ${PB} ${SC}/ci_layers.json ${MPIRUN})
   set_tests_properties(mpi_fault_sigstop_np2 PROPERTIES TIMEOUT 60)
+  # under mpirun the writer (rank 0) checks the output path before MPI starts: exit 2, never a hang
+  pb_test(mpi_bad_output_np2 ${EXPECT} 2 "the folder /nonexistent_dir does not exist" --
+          ${MPIRUN} -np 2 ${PB} check --backend cpu -o /nonexistent_dir/x.json ${TD}/good_tiny.json)
+  set_tests_properties(mpi_bad_output_np2 PROPERTIES TIMEOUT 30)
 endif()
