@@ -149,3 +149,90 @@ if(MPIEXEC_BIN)
   pb_test(mpi_check_ci_layers_nan_padding_sample_rows_np4 ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
           ${MPIRUN} -np 4 ${PB} check --backend cpu -q --nan-padding --sample-rows 5 -f tiny_decode ${SC}/ci_layers.json ${SC}/ci_layers_edge.json)
 endif()
+
+# Issue 43: limits checked before any work, option ranges, messages, compare, exports.
+function(pb_bash name script)  # a bash script as one argument (its ';' kept)
+  add_test(NAME ${name} COMMAND bash -c "${script}")
+  set_tests_properties(${name} PROPERTIES LABELS cli TIMEOUT 120)
+endfunction()
+# The output path first (exit 2, and no case has run: no "RUN" progress line).
+foreach(pair
+    "missing_dir::/nonexistent_dir/x.json::the folder /nonexistent_dir does not exist"
+    "dir::${TMPD}::is a directory"
+    "parent_is_file::${CMAKE_SOURCE_DIR}/README.md/x.json::is not a folder"
+    "unwritable_dir::/proc/x.json::cannot write in the folder /proc")
+  string(REPLACE "::" ";" parts "${pair}")
+  list(GET parts 0 nm)
+  list(GET parts 1 path)
+  list(GET parts 2 rx)
+  pb_bash(bad_output_${nm} "
+    ${EXPECT} 2 '${rx}' -- ${PB} check --backend cpu -o ${path} ${TD}/good_tiny.json > ${TMPD}/bad_output_${nm}.log || exit 1
+    if grep -q 'RUN' ${TMPD}/bad_output_${nm}.log; then echo 'a case ran before the output was checked'; exit 1; fi")
+endforeach()
+pb_test(bad_output_dir_overwrite ${EXPECT} 2 "is a directory" -- ${PB} check --backend cpu --overwrite -o ${TMPD} ${TD}/good_tiny.json)
+pb_bash(bad_output_exists_before_work "
+  ${EXPECT} 2 'already exists' -- ${PB} check --backend cpu -o ${CMAKE_SOURCE_DIR}/README.md ${TD}/good_tiny.json > ${TMPD}/bad_output_exists.log || exit 1
+  if grep -q 'RUN' ${TMPD}/bad_output_exists.log; then echo 'a case ran before the output was checked'; exit 1; fi")
+# Option values out of range: exit 2 at parse time, naming the option.
+foreach(pair
+    "iters_negative::run --iters -3::--iters: expected an integer >= 1"
+    "iters_zero::run --iters 0::--iters: expected an integer >= 1"
+    "warmup_negative::run --warmup -1::--warmup: expected an integer >= 0"
+    "sample_rows_negative::check --sample-rows -1::--sample-rows: expected an integer >= 0"
+    "timeout_negative::check --timeout -1::--timeout: expected a number >= 0"
+    "timeout_nan::check --timeout nan::--timeout: expected a number >= 0"
+    "seed_negative::check --seed -5::--seed: expected an integer >= 0"
+    "dump_all_without_dump::check --dump-all::--dump-all requires --dump")
+  string(REPLACE "::" ";" parts "${pair}")
+  list(GET parts 0 nm)
+  list(GET parts 1 args)
+  list(GET parts 2 rx)
+  separate_arguments(args)
+  pb_test(bad_option_${nm} ${EXPECT} 2 "${rx}" -- ${PB} ${args} --backend cpu ${TD}/good_tiny.json)
+endforeach()
+pb_test(cli_timeout_zero_is_off ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --timeout 0 ${TD}/good_tiny.json)
+# Messages: a mistyped command, a directory or a missing file as the scenario.
+pb_test(bad_command_typo ${EXPECT} 2 "unknown command 'chek': did you mean check[?]" -- ${PB} chek)
+pb_test(bad_input_directory ${EXPECT} 2 "testdata: is a directory" -- ${PB} check --backend cpu ${TD})
+pb_test(bad_input_validate_directory ${EXPECT} 2 "testdata: is a directory" -- ${PB} validate ${TD})
+pb_test(bad_input_missing_file_reason ${EXPECT} 2 "cannot open .*no_such_file.json: No such file or directory" --
+        ${PB} check --backend cpu ${TD}/no_such_file.json)
+# compare: matched / missing / extra, like for like (backend, GPU model, timing mode), noise, --threshold.
+set(CMPD ${TD}/compare)
+pb_test(cli_compare_noise_is_same ${EXPECT} 0 "within noise 1" -- ${PB} compare ${CMPD}/base.json ${CMPD}/noise.json)
+pb_test(cli_compare_slower_past_noise ${EXPECT} 3 "SLOWER +50 +60 +20 +4 " -- ${PB} compare ${CMPD}/base.json ${CMPD}/slower.json)
+pb_test(cli_compare_min_effect ${EXPECT} 0 "regressions 0" -- ${PB} compare --min-effect 25 ${CMPD}/base.json ${CMPD}/slower.json)
+pb_test(cli_compare_missing_extra ${EXPECT} 0 "matched 1 of .*3 cases. missing from .* 2, extra in .* 1" --
+        ${PB} compare ${CMPD}/base.json ${CMPD}/subset.json)
+pb_test(cli_compare_other_gpu ${EXPECT} 2 "not like for like .*devices 'NVIDIA H200' vs 'NVIDIA H100" --
+        ${PB} compare ${CMPD}/base.json ${CMPD}/h100.json)
+pb_test(cli_compare_other_gpu_allowed ${EXPECT} 0 "WARNING: not like for like" --
+        ${PB} compare --allow-mismatch ${CMPD}/base.json ${CMPD}/h100.json)
+pb_test(cli_compare_other_backend ${EXPECT} 2 "backend cuda vs cpu" -- ${PB} compare ${CMPD}/base.json ${CMPD}/cpu.json)
+pb_test(cli_compare_threshold_negative ${EXPECT} 2 "--threshold: expected a number >= 0" --
+        ${PB} compare --threshold -5 ${CMPD}/base.json ${CMPD}/base.json)
+pb_test(cli_compare_threshold_nan ${EXPECT} 2 "--threshold: expected a number >= 0" --
+        ${PB} compare --threshold nan ${CMPD}/base.json ${CMPD}/base.json)
+# a `check` result (no timings) against a timed one: refused, never every row "same"; exports of it refused;
+# targets on a CPU result warn on stderr
+pb_bash(cli_check_result_not_timed "
+  set -e; rm -f ${TMPD}/untimed.json ${TMPD}/timed.json
+  ${PB} check --backend cpu -q -o ${TMPD}/untimed.json ${TD}/good_tiny.json > /dev/null
+  ${PB} run --backend cpu -q --iters 3 -o ${TMPD}/timed.json ${TD}/good_tiny.json > /dev/null
+  ${EXPECT} 2 'timing: .*untimed.json has no timings' -- ${PB} compare ${TMPD}/untimed.json ${TMPD}/timed.json
+  ${EXPECT} 0 'statuses compared only' -- ${PB} compare --allow-mismatch ${TMPD}/untimed.json ${TMPD}/timed.json
+  for f in gha-time gha-throughput bmf gbench; do
+    ${EXPECT} 2 'untimed.json: no (passing )?timed case .*nothing to export as '\$f -- ${PB} export ${TMPD}/untimed.json --format \$f
+  done
+  ${PB} export ${TMPD}/untimed.json --format csv | grep -q '^id,op,status'
+  ${PB} targets ${TMPD}/timed.json 2>&1 >/dev/null | grep -q 'cpu-backend result: the targets are GPU targets'
+")
+# A rank stopped with SIGSTOP under --timeout 15: exit 5 within 25 s, naming the case and rank 1.
+if(MPIEXEC_BIN)
+  pb_test(mpi_fault_sigstop_np2 ${CMAKE_SOURCE_DIR}/scripts/mpi_sigstop_test.sh 15 ${PB} ${SC}/ci_layers.json ${MPIRUN})
+  set_tests_properties(mpi_fault_sigstop_np2 PROPERTIES TIMEOUT 60)
+  # under mpirun the writer (rank 0) checks the output path before MPI starts: exit 2, never a hang
+  pb_test(mpi_bad_output_np2 ${EXPECT} 2 "the folder /nonexistent_dir does not exist" --
+          ${MPIRUN} -np 2 ${PB} check --backend cpu -o /nonexistent_dir/x.json ${TD}/good_tiny.json)
+  set_tests_properties(mpi_bad_output_np2 PROPERTIES TIMEOUT 30)
+endif()

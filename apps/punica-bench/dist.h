@@ -17,6 +17,8 @@ class Dist {
   static void finalize();
   // True when the environment says we were launched by a multi-process launcher.
   static bool launched_by_mpirun();
+  // This process's rank as the launcher's environment gives it, before init (0 when not launched).
+  static int launch_rank();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -41,7 +43,9 @@ class Dist {
   // Ends every rank now with `code` after printing `msg` (to stderr, prefixed with the rank).
   [[noreturn]] void abort(int code, const std::string& msg) const;
 
-  // Watchdog: after arm(seconds) a case that runs past the deadline aborts every rank with exit 5.
+  // Watchdog: after arm(seconds, what) a rank still armed past the deadline (in the work or in a
+  // collective, e.g. waiting for a rank that stopped) asks every other rank where it is, names the
+  // ones that do not answer, and aborts every rank with exit 5. `what` names the work ("case 'ID'").
   void start_watchdog();
   void arm(double seconds, const std::string& what);
   void disarm();
@@ -53,6 +57,9 @@ class Dist {
   void* group_comm_cache_ = nullptr;
   int group_comm_size_ = 0;
   void* group_comm(int group_size) const;
+  std::string where() const;
+  void answer_pings() const;
+  [[noreturn]] void timed_out() const;
 };
 
 }  // namespace punica::bench

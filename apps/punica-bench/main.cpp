@@ -12,7 +12,9 @@
 #include <regex>
 #include <sstream>
 #include "apps/punica-bench/backend/backend.h"
+#include "apps/punica-bench/compare.h"
 #include "apps/punica-bench/dist.h"
+#include "apps/punica-bench/preflight.h"
 #include "apps/punica-bench/problem.h"
 #include "apps/punica-bench/report.h"
 #include "apps/punica-bench/targets.h"
@@ -20,6 +22,7 @@
 #include "apps/punica-bench/schema.h"
 #include "apps/punica-bench/registry.h"
 #include "apps/punica-bench/scenario.h"
+#include "apps/punica-bench/table.h"
 #include "kernels/common/error.h"
 
 using namespace punica;
@@ -66,6 +69,7 @@ std::vector<AxisOverride> overrides_of(const CommonOpts& o) {
 
 std::vector<Case> select_cases(const CommonOpts& o, std::vector<Scenario>& scenarios) {
   auto ov = overrides_of(o);
+  for (auto& f : o.files) check_input_file(f);
   if (o.files.empty()) scenarios.push_back(default_scenario(ov));
   else
     for (auto& f : o.files) scenarios.push_back(load_scenario(f, ov));
@@ -86,24 +90,35 @@ std::vector<Case> select_cases(const CommonOpts& o, std::vector<Scenario>& scena
   return out;
 }
 
+// An option's value range, checked when the command line is parsed (exit 2 before any work).
+CLI::Validator at_least(double lo, bool integer) {
+  return CLI::Validator([lo, integer](std::string& v) { return number_at_least(v, lo, integer); },
+                        std::string(integer ? "INT" : "NUM") + ">=" + std::to_string(int64_t(lo)));
+}
+
 void add_common(CLI::App* sc, CommonOpts& o, bool running) {
   sc->add_option("scenarios", o.files, "Scenario JSON files (default: the built-in scenario)");
   sc->add_option("-f,--filter", o.filter, "Regular expression over case ids (ECMAScript, searched)");
   sc->add_option("-a,--axis", o.axes, "Override a field for every case: axis=value (JSON value; lists cross); repeatable")
       ->allow_extra_args(false);
-  sc->add_option("--seed", o.seed, "Override the input seed of every case");
+  sc->add_option("--seed", o.seed, "Override the input seed of every case (an integer >= 0)")->check(at_least(0, true));
   if (!running) return;
   sc->add_option("--backend", o.backend, "cpu | cuda | auto (GPU when present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   sc->add_option("-o,--output", o.output, "Write the result JSON (punica-bench.result/1) here; '-' = stdout");
   sc->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
   sc->add_flag("--print-repro", o.print_repro, "Print a one-line command reproducing each case");
-  sc->add_flag("-v,--verbose", o.verbose, "More detail on stderr");
+  sc->add_flag("-v,--verbose", o.verbose, "More detail on stderr, full case ids in the table");
   sc->add_flag("-q,--quiet", o.quiet, "Only failures on stderr");
-  sc->add_option("--sample-rows", o.sample_rows, "Check only N deterministic rows per case (large cases on the CPU)");
-  sc->add_option("--timeout", o.timeout, "Abort every rank when one case runs longer than S seconds (exit 5)");
-  sc->add_option("--dump", o.dump, "Write inputs, expected and actual outputs of failing cases as .npy into DIR");
-  sc->add_flag("--dump-all", o.dump_all, "With --dump: dump every case, not only failing ones");
+  sc->add_option("--sample-rows", o.sample_rows,
+                 "Check only N deterministic rows per case (large cases on the CPU; 0 = every row)")
+      ->check(at_least(0, true));
+  sc->add_option("--timeout", o.timeout,
+                 "Abort every rank when one case (its collectives and rank agreement included) runs longer than "
+                 "S seconds, naming a rank that stopped answering (exit 5; 0 = no timeout)")
+      ->check(at_least(0, false));
+  auto* dump = sc->add_option("--dump", o.dump, "Write inputs, expected and actual outputs of failing cases as .npy into DIR");
+  sc->add_flag("--dump-all", o.dump_all, "With --dump: dump every case, not only failing ones")->needs(dump);
   sc->add_flag("--nan-padding", o.nan_padding, "Fill A/B beyond each adapter's true rank with NaN");
   sc->add_flag("--exact", o.exact, "Small-integer inputs, so that any mismatch is a real bug");
   sc->add_option("--kernel", o.kernels,
@@ -132,6 +147,7 @@ int cmd_validate(const std::vector<std::string>& files) {
   int rc = 0;
   for (auto& f : files) {
     try {
+      check_input_file(f);
       Scenario s = load_scenario(f);
       std::size_t skips = 0;
       for (auto& c : s.cases) skips += !c.skip_reason.empty();
@@ -183,13 +199,17 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
   auto cases = select_cases(o, scen);  // bad input fails before any rank starts work
   const KernelChoice kchoice = parse_kernel_choice(o.kernels);
   bool mpi = Dist::launched_by_mpirun();
+  // the output path before any work: the writer (rank 0) can create the file there
+  if (Dist::launch_rank() == 0) check_output_path(o.output, o.overwrite);
   int argc = 0;
   char** av = nullptr;
   Dist& dist = Dist::init(&argc, &av);
   const bool root = dist.rank() == 0;
-  if (!o.output.empty() && o.output != "-" && !o.overwrite && root) {
-    std::ifstream probe(o.output);
-    PUNICA_REQUIRE(!probe, ErrorKind::usage, o.output + ": output file already exists (pass --overwrite to replace it)");
+  // --timeout covers every collective of the run, not only the cases' (a rank that stopped anywhere)
+  const bool watch = o.timeout > 0 && dist.size() > 1;
+  if (watch) {
+    dist.start_watchdog();
+    dist.arm(o.timeout, "the run's setup (device information, ceilings)");
   }
   std::string backend = o.backend;
   if (backend == "auto") backend = cuda_available() ? "cuda" : "cpu";
@@ -253,6 +273,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
   } else {
     doc["run"]["ceilings"] = ceilings_record(std::nullopt);
   }
+  if (watch) dist.disarm();
   int pass = 0, failn = 0, skip = 0, err = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     auto out = runner.run_case(cases[i], int(i), int(cases.size()));
@@ -272,7 +293,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
     if (o.output == "-") {
       write_json_atomic("-", doc, true);
     } else {
-      std::cout << format_table(doc);
+      std::cout << format_results_table(doc, o.verbose > 0);  // 160 columns; -v: full ids
       if (!o.output.empty()) {
         write_json_atomic(o.output, doc, o.overwrite);
         std::cout << "# wrote " << o.output << "\n";
@@ -280,6 +301,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
     }
     std::cout.flush();
   }
+  if (watch) dist.arm(o.timeout, "the end of the run (the last barrier)");
   dist.barrier();
   Dist::finalize();
   return rc;
@@ -308,15 +330,23 @@ int main(int argc, char** argv) {
   add_common(check, check_o, true);
   auto* run = app.add_subcommand("run", "Check, then time every selected case against the floor and cuBLAS");
   add_common(run, run_o, true);
-  run->add_option("--iters", run_o.iters, "Timed iterations per case (default: the scenario's)");
-  run->add_option("--warmup", run_o.warmup, "Warm-up iterations per case");
+  run->add_option("--iters", run_o.iters, "Timed iterations per case (default: the scenario's)")->check(at_least(1, true));
+  run->add_option("--warmup", run_o.warmup, "Warm-up iterations per case")->check(at_least(0, true));
   run->add_flag("--no-baselines", run_o.no_baselines, "Skip the cuBLAS baselines");
   std::string cmp_a, cmp_b;
-  double threshold = 5.0;
-  auto* compare = app.add_subcommand("compare", "Compare two result files by case id (exit 3 on a regression)");
+  CompareOptions cmp_opt;
+  auto* compare = app.add_subcommand(
+      "compare", "Compare two result files by case id: matched, missing, extra; exit 3 on a regression beyond noise");
   compare->add_option("baseline", cmp_a, "Baseline result JSON")->required();
   compare->add_option("candidate", cmp_b, "Candidate result JSON")->required();
-  compare->add_option("--threshold", threshold, "Slowdown in percent that counts as a regression (default 5)");
+  compare->add_option("--threshold", cmp_opt.threshold_pct,
+                      "Slowdown in percent that counts as a regression when it is also past the noise (default 5)")
+      ->check(at_least(0, false));
+  compare->add_option("--min-effect", cmp_opt.min_effect_pct,
+                      "A change within +-PCT percent is noise, whatever the cases' own p10..p90 spreads say")
+      ->check(at_least(0, false));
+  compare->add_flag("--allow-mismatch", cmp_opt.allow_mismatch,
+                    "Compare files of another backend, GPU model or timing mode anyway (warned); exit 2 without it");
   std::vector<std::string> tgt_in, tgt_names;
   std::string tgt_json;
   bool tgt_overwrite = false, tgt_strict = false, tgt_missed = false, tgt_by_tokens = false;
@@ -345,6 +375,20 @@ int main(int argc, char** argv) {
   exportc->add_option("-o,--output", exp_out, "Output file ('-' = stdout)");
   exportc->add_flag("--overwrite", exp_overwrite, "Replace an existing output file");
 
+  // A mistyped subcommand: name the nearest one instead of CLI11's "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const auto* sc : app.get_subcommands({})) names.push_back(sc->get_name());
+    const std::string word = argv[1];
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const std::string near = closest_name(word, names);
+      std::string all;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "punica-bench: error: unknown command '%s'%s (commands: %s; see --help)\n", word.c_str(),
+                   near.empty() ? "" : (": did you mean " + near + "?").c_str(), all.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -363,15 +407,31 @@ int main(int argc, char** argv) {
     if (*check) return cmd_check_run(check_o, false, args);
     if (*run) return cmd_check_run(run_o, true, args);
     if (*compare) {
+      check_input_file(cmp_a, "result");
+      check_input_file(cmp_b, "result");
       auto a = load_result(cmp_a), b = load_result(cmp_b);
-      auto rep = compare_results(a, b, threshold);
+      auto rep = compare_runs(a, b, cmp_opt, cmp_a, cmp_b);
       std::cout << rep.text;
+      std::cout.flush();
+      for (const auto& m : rep.mismatches)
+        std::fprintf(stderr, "punica-bench: warning: compare: not like for like: %s\n", m.c_str());
+      if (rep.missing > 0)
+        std::fprintf(stderr, "punica-bench: warning: compare: %d of %s's cases are missing from %s\n", rep.missing,
+                     cmp_a.c_str(), cmp_b.c_str());
       PUNICA_REQUIRE(rep.matched > 0, ErrorKind::usage, "compare: no case id of " + cmp_b + " appears in " + cmp_a);
       return rep.regressions ? 3 : 0;
     }
     if (*targets) {
       std::vector<nlohmann::json> docs;
-      for (const auto& f : tgt_in) docs.push_back(load_result(f));
+      if (!tgt_json.empty()) check_output_path(tgt_json, tgt_overwrite, "--json");
+      for (const auto& f : tgt_in) {
+        check_input_file(f, "result");
+        docs.push_back(load_result(f));
+        // the targets are the H200 issues' GPU targets: a CPU backend's times score nothing of them
+        if (json_at(docs.back(), {"run", "backend"}) == "cpu")
+          std::fprintf(stderr, "punica-bench: warning: %s is a cpu-backend result: the targets are GPU targets, "
+                               "scored here on CPU times\n", f.c_str());
+      }
       const TargetsReport rep = evaluate_targets(docs, tgt_names, tgt_missed, tgt_by_tokens);
       std::cout << rep.text;
       for (std::size_t i = 0; i < docs.size(); ++i)  // the targets are the automatic choice's
@@ -382,7 +442,17 @@ int main(int argc, char** argv) {
       return tgt_strict && rep.met < rep.cases ? 3 : 0;
     }
     if (*exportc) {
+      if (exp_out != "-") check_output_path(exp_out, exp_overwrite);
+      check_input_file(exp_in, "result");
       auto doc = load_result(exp_in);
+      // the dashboards' formats carry times: a result without any (from `check`) would export [] or {}
+      const bool passing_only = exp_fmt != "gbench";
+      if (exp_fmt == "gbench" || exp_fmt == "bmf" || exp_fmt.rfind("gha-", 0) == 0)
+        PUNICA_REQUIRE(timed_case_count(doc, passing_only) > 0, ErrorKind::usage,
+                       exp_in + ": no " + (passing_only ? "passing " : "") + "timed case (" +
+                           (result_is_timed(doc) ? "every case failed, erred or was skipped"
+                                                 : "a `check` result has no timings; make it with `run`") +
+                           "): nothing to export as " + exp_fmt);
       std::string text = exp_fmt == "gbench"   ? export_gbench(doc)
                          : exp_fmt == "csv"    ? export_csv(doc)
                          : exp_fmt == "md"     ? export_md(doc)

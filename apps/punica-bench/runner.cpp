@@ -173,7 +173,7 @@ CaseResult Runner::run_case(const Case& c, int index, int total) {
     std::fprintf(stderr, "[%3d/%d] RUN  %s\n", index + 1, total, c.id.c_str());
     std::fflush(stderr);
   }
-  if (dist_ && opt_.timeout_s > 0) { dist_->start_watchdog(); dist_->arm(opt_.timeout_s, c.id); }
+  if (dist_ && opt_.timeout_s > 0) { dist_->start_watchdog(); dist_->arm(opt_.timeout_s, "case '" + c.id + "'"); }
   auto t0 = std::chrono::steady_clock::now();
   try {
     // Test-only fault injection: "RANK:throw" or "RANK:hang" (issue 4, faults).
@@ -197,8 +197,8 @@ CaseResult Runner::run_case(const Case& c, int index, int total) {
     out.status = "error";
     out.error = err;
   }
-  if (dist_ && opt_.timeout_s > 0) dist_->disarm();
-  // Rank agreement: every case ends with an all-reduce of the status word and the wrong counts.
+  // Rank agreement: every case ends with an all-reduce of the status word and the wrong counts
+  // (still under the case's --timeout: a rank that stopped leaves the others waiting here).
   if (dist_ && world > 1) {
     auto code = [](const std::string& s) { return s == "error" ? 3 : s == "fail" ? 2 : s == "pass" ? 1 : 0; };
     int worst = dist_->allreduce_max(code(out.status));
@@ -208,6 +208,7 @@ CaseResult Runner::run_case(const Case& c, int index, int total) {
     out.status = names[worst];
     if (out.check) out.check->nwrong = std::size_t(total_wrong);
   }
+  if (dist_ && opt_.timeout_s > 0) dist_->disarm();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (root && opt_.verbose >= 0) {
     std::string line;
