@@ -110,7 +110,7 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
   } else if (!small) {
     // The fused / atomic kernels, which start behind an ordinary launch (the zero kernel, or the
     // shrink itself), so the expand may load y early.
-    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
+    launch_lora_shrink_with(sa, ShrinkKernel::small_cluster, stream);
     detail::launch_lora_expand_after_shrink(ea, stream);  // PDL: overlaps the shrink's tail
   } else {
     // Decode-sized batch through the mma expand: B read once per adapter instead of once per
@@ -122,9 +122,9 @@ void launch_impl(const AddLoraLinearArgs& a, detail::LinearPath path, cudaStream
     // that kernel is done too before the expand touches y.
     // Where the automatic rule took this path the expand's own small-batch choice applies (the
     // streaming kernel above rank 16); an explicit `tiles` at other sizes forces the mma kernel.
-    detail::launch_lora_shrink_with(sa, detail::ShrinkKernel::small_cluster, stream);
-    detail::launch_lora_expand_with(
-        ea, auto_tiles ? detail::ExpandPrefillKernel::automatic : detail::ExpandPrefillKernel::mma_pipe, stream);
+    launch_lora_shrink_with(sa, ShrinkKernel::small_cluster, stream);
+    launch_lora_expand_with(
+        ea, auto_tiles ? ExpandPrefillKernel::automatic : ExpandPrefillKernel::mma_pipe, stream);
   }
 }
 }  // namespace

@@ -315,12 +315,12 @@ void perf_shape(const PerfShape& p) {
       variant(pp.second, fl, true, [&](cudaStream_t st) { detail::launch_add_lora_linear_with(la, pp.first, st); });
   } else {
     // Each prefill (mma) expand kernel alone: pipelined, streaming, staged.
-    using K = detail::ExpandPrefillKernel;
+    using K = ExpandPrefillKernel;
     const std::pair<K, const char*> ks[] = {{K::mma_pipe, "expand[pipe]"},
                                             {K::mma_stream, "expand[stream]"},
                                             {K::mma_staged, "expand[staged]"}};
     for (const auto& k : ks)
-      variant(k.second, fe, false, [&](cudaStream_t st) { detail::launch_lora_expand_with(ea, k.first, st); });
+      variant(k.second, fe, false, [&](cudaStream_t st) { launch_lora_expand_with(ea, k.first, st); });
   }
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -465,12 +465,12 @@ bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
 // few: the pipelined kernel with 16-row tiles where the automatic choice would take the streaming
 // kernel (H::pipe_few_tokens; their instantiation has an fp32 x).
 struct PrefillChoice {
-  detail::ExpandPrefillKernel kind;
+  ExpandPrefillKernel kind;
   bool few = false;
 };
-PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, detail::ExpandPrefillKernel which,
+PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, ExpandPrefillKernel which,
                              bool pdl) {
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   const int lh = planned_loras(a.max_loras, a.num_active_loras);  // the adapters the rules plan for
   if (a.dtype == DType::f32 || !H::mma_shape_ok(a.dtype, a.max_rank, expand_b_vec_ok(a))) return {K::automatic};
   const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, lh, a.max_rank) ||
@@ -492,8 +492,8 @@ PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, det
 // standalone lora_expand (ExpandLaunch).
 template <class T, class TI>
 void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-              detail::ExpandPrefillKernel which, bool pdl) {
-  using K = detail::ExpandPrefillKernel;
+              ExpandPrefillKernel which, bool pdl) {
+  using K = ExpandPrefillKernel;
   const int lh = planned_loras(a.max_loras, a.num_active_loras);  // the adapters the rules plan for
   if constexpr (!std::is_same_v<T, float>) {
     const ExpandLaunch how = pdl ? ExpandLaunch::after_shrink : ExpandLaunch::standalone;
@@ -539,7 +539,7 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
 
 template <class T>
 void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-                 detail::ExpandPrefillKernel which, bool pdl) {
+                 ExpandPrefillKernel which, bool pdl) {
   switch (a.in_dtype) {
     case DType::f32: dispatch<T, float>(a, p, maxN, st, which, pdl); break;
     case DType::f16: dispatch<T, __half>(a, p, maxN, st, which, pdl); break;
@@ -602,9 +602,6 @@ void launch_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_
 }
 }  // namespace
 
-void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
-  launch_with(a, which, stream, false);
-}
 
 void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t stream) {
   launch_with(a, ExpandPrefillKernel::automatic, stream, true);
@@ -635,8 +632,12 @@ void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials,
 
 }  // namespace detail
 
+void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
+  detail::launch_with(a, which, stream, false);
+}
+
 void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t stream) {
-  detail::launch_lora_expand_with(a, detail::ExpandPrefillKernel::automatic, stream);
+  launch_lora_expand_with(a, ExpandPrefillKernel::automatic, stream);
 }
 
 }  // namespace punica::kernels

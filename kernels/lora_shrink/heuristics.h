@@ -256,7 +256,7 @@ inline void set_split_k(FusedConfig& c, int64_t tiles, int64_t ktiles, int64_t t
   c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
 }
 
-// bm = 128 (experimental, ShrinkKernel::fused128): 4 x 2 warps, a pass covers 2 * ngw groups of 16
+// bm = 128 (ShrinkKernel::fused128_sk, automatic's auto_few_groups_sk; always stream-K): 4 x 2 warps, a pass covers 2 * ngw groups of 16
 // columns; only for adapters of at most 6 groups (more falls back to bm = 64).
 // stream_k: instead of a split-K grid, one block per resident slot (blocks per SM by shared memory,
 // at most 3, x SMs), each taking an equal contiguous range of the (tile with an adapter, k-tile)
@@ -464,7 +464,7 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
 // T=256 and 1.4-2.6x slower at T=2048; qkv r=16 1.7x slower at T=2048; 32 adapters of rank 64 or
 // 3 slices 1.1-1.6x slower (each adapter's A re-read per 16/32-token tile); T=16-64 (the decode
 // kernel) 1.1-2x slower at rank 16; T=8192 1.1-3.5x slower.
-// add_lora_linear does not take it for these mid-sized batches (detail::ShrinkKernel::small_cluster
+// add_lora_linear does not take it for these mid-sized batches (ShrinkKernel::small_cluster
 // takes only auto_cluster_small below): its chain measured 0.90-1.16 of the atomic path's there
 // (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
 constexpr int64_t kClMinTokens = 129;

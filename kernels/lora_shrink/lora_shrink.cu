@@ -321,7 +321,7 @@ __device__ __forceinline__ void zero_tile_columns(const ShrinkParams& p, int sta
 // the block writes every y element of its tokens (values, zeros past the true rank, zero rows for
 // the -1 entry): no memset. With split-K, y was zeroed first (PDL primary) and partial sums are
 // atomically added.
-// BM = 128 (experimental, ShrinkKernel::fused128): 4 (tokens) x 2 (column groups) warps, so each
+// BM = 128 (stream-K only: ShrinkKernel::fused128_sk, automatic's shrink_heur::auto_few_groups_sk): 4 (tokens) x 2 (column groups) warps, so each
 // A stage serves twice the tokens (half the A traffic from L2 per x byte) and each stage moves
 // 16 KB of x.
 // One (entry, tile) of the fused kernel over k-tiles [kt0, kt1): split = partial sums added
@@ -946,7 +946,6 @@ void launch_gemv_dispatch_out(const ShrinkParams& p, DType out, bool vec, cudaSt
 }
 
 }  // namespace
-namespace detail {
 bool wgmma_available() {
 #if PUNICA_HAVE_SM90A
   static std::atomic<int> cache[64];  // per device: 0 unknown, 1 yes, 2 no
@@ -964,6 +963,7 @@ bool wgmma_available() {
 #endif
 }
 
+namespace detail {
 int num_sms_cached() {
   static std::atomic<int> cache[64];
   return lora_dev::per_device_cached(cache, [](int dev) {
@@ -1064,8 +1064,8 @@ void launch_zero(float* y, int64_t n, cudaStream_t st) {
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 
-void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_t stream) {
-  using K = detail::ShrinkKernel;
+void launch_impl(const LoraShrinkArgs& a, ShrinkKernel kind, cudaStream_t stream) {
+  using K = ShrinkKernel;
   validate(a);
   if (a.num_tokens == 0 || a.max_rank == 0) return;
   const int64_t n = int64_t(a.num_slices) * a.num_tokens * a.max_rank;
@@ -1096,10 +1096,10 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
   if (kind == K::automatic && H::use_decode_kernel(a.num_tokens, a.num_slices, a.max_rank, lh)) return detail::launch_shrink_decode(a, stream);
   // one slice at rank <= 32 from 2048 tokens: the 128-token stream-K tile (H::auto_few_groups_sk)
   if (kind == K::automatic && H::auto_few_groups_sk(a.num_tokens, a.num_slices, a.max_rank)) kind = K::fused128_sk;
-  const bool bm128 = kind == K::fused128 || kind == K::fused128_sk;
+  const bool bm128 = kind == K::fused128_sk;
   const bool sk = kind == K::fused_sk || kind == K::fused128_sk;
   const bool as_auto = kind == K::automatic || kind == K::fused_wk || kind == K::fused_wg;
-  const bool wg = fused_ok && detail::wgmma_available() &&
+  const bool wg = fused_ok && wgmma_available() &&
                   (kind == K::fused_wg ||
                    (kind == K::automatic && (H::auto_wg(a.num_tokens, a.num_slices, a.max_rank, lh) ||
                                              (standalone && H::auto_wg_band(a.num_tokens, a.num_slices,
@@ -1141,14 +1141,14 @@ void launch_impl(const LoraShrinkArgs& a, detail::ShrinkKernel kind, cudaStream_
 }  // namespace
 
 void launch_lora_shrink(const LoraShrinkArgs& a, cudaStream_t stream) {
-  launch_impl(a, detail::ShrinkKernel::automatic, stream);
+  launch_impl(a, ShrinkKernel::automatic, stream);
 }
-
-namespace detail {
 
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream) {
   launch_impl(a, k, stream);
 }
+
+namespace detail {
 
 int shrink_partials_nsplit(int64_t K) { return H::gemv_config(K, 1, false).nsplit; }
 

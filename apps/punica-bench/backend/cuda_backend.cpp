@@ -16,7 +16,7 @@
 #include "kernels/common/hash_rng.h"
 #include "kernels/common/layer_util.h"
 #include "kernels/common/stream_hold.h"
-#include "kernels/lora_shrink/lora_shrink_internal.h"
+#include "kernels/lora_shrink/lora_shrink.h"
 
 #define PUNICA_CUBLAS_CHECK(expr)                                                              \
   do {                                                                                         \
@@ -141,7 +141,7 @@ class CudaBackend final : public Backend {
             {"cuda_driver", drv},
             // the shrink's wgmma tile can run (sm_90a code in this build, a 9.0 device): the automatic
             // kernel choice, and so the timings, depend on it
-            {"wgmma_shrink_tile", kernels::detail::wgmma_available()}};
+            {"wgmma_shrink_tile", kernels::wgmma_available()}};
   }
   std::size_t l2_bytes() const override { return std::size_t(prop_.l2CacheSize); }
   std::size_t free_memory_bytes() const override {
@@ -178,14 +178,14 @@ class CudaBackend final : public Backend {
   void lora_meta(const kernels::LoraMetaArgs& a) override { kernels::launch_lora_meta(a, stream_); }
   void set_kernel_choice(const KernelChoice& c) override { choice_ = c; }
   void lora_shrink(const kernels::LoraShrinkArgs& a) override {
-    if (choice_.shrink != kernels::detail::ShrinkKernel::automatic)
-      kernels::detail::launch_lora_shrink_with(a, choice_.shrink, stream_);
+    if (choice_.shrink != kernels::ShrinkKernel::automatic)
+      kernels::launch_lora_shrink_with(a, choice_.shrink, stream_);
     else
       kernels::launch_lora_shrink(a, stream_);
   }
   void lora_expand(const kernels::LoraExpandArgs& a) override {
-    if (choice_.expand != kernels::detail::ExpandPrefillKernel::automatic)
-      kernels::detail::launch_lora_expand_with(a, choice_.expand, stream_);
+    if (choice_.expand != kernels::ExpandPrefillKernel::automatic)
+      kernels::launch_lora_expand_with(a, choice_.expand, stream_);
     else
       kernels::launch_lora_expand(a, stream_);
   }
