@@ -82,6 +82,18 @@ inline const char* kind_name(ShrinkKernel k) {
 }
 void launch_lora_shrink_with(const LoraShrinkArgs& a, ShrinkKernel k, cudaStream_t stream);
 
+// The plan launch_lora_shrink_with(a, k) runs (kernels/lora_shrink/heuristics.h: the kernel family
+// and its tile, split-K / stream-K and cluster configuration), from a's sizes, dtypes and pointer
+// alignment and the current device's SM count, wgmma and cluster support (cached per device; without
+// a GPU: 132 SMs, neither wgmma nor clusters). No device memory is read.
+struct ShrinkPlan;
+ShrinkPlan lora_shrink_plan(const LoraShrinkArgs& a, ShrinkKernel k = ShrinkKernel::automatic);
+// A short stable name of a plan, e.g. "cluster/bm16/nbw4/c8", "fused/bm64/ngw1/splitk8",
+// "wgmma/n48/sk264", "decode/token" (the result JSON records it per case).
+std::string plan_name(const ShrinkPlan& p);
+// plan_name(lora_shrink_plan(a, k)).
+std::string describe_lora_shrink_plan(const LoraShrinkArgs& a, ShrinkKernel k = ShrinkKernel::automatic);
+
 // The wgmma tile can run: the build holds sm_90a code (PUNICA_HAVE_SM90A) and the current device is
 // 9.0 (false without a device).
 bool wgmma_available();

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cuda_runtime_api.h>
+#include "kernels/lora_shrink/heuristics.h"
 #include "kernels/lora_shrink/lora_shrink.h"
 
 namespace punica::kernels::detail {
@@ -24,5 +25,8 @@ bool shrink_cluster_ok(const LoraShrinkArgs& a);
 // wrote before its own wait (add_lora_linear's expand, which loads y early); without it such a
 // dependent could see y before the kernel before the shrink wrote it.
 void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool late_trigger = false);
+// The same with configuration c (the plan's; the overload above computes shrink_heur::cluster_config).
+void launch_shrink_cluster(const LoraShrinkArgs& a, const shrink_heur::ClusterConfig& c, cudaStream_t stream,
+                           bool late_trigger = false);
 
 }  // namespace punica::kernels::detail
