@@ -58,4 +58,15 @@ inline const char* kind_name(ExpandPrefillKernel k) {
 }
 void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream);
 
+// The plan launch_lora_expand_with(a, which) runs (kernels/lora_expand/heuristics.h: the kernel and
+// its tile), from a's sizes, dtypes and pointer alignment and the current device's SM count (cached
+// per device; 132 without a GPU). No device memory is read.
+struct ExpandPlan;
+ExpandPlan lora_expand_plan(const LoraExpandArgs& a, ExpandPrefillKernel which = ExpandPrefillKernel::automatic);
+// A short stable name of a plan, e.g. "pipe/bm64/bn64/bk64", "stream/bm16", "decode".
+std::string plan_name(const ExpandPlan& p);
+// plan_name(lora_expand_plan(a, which)).
+std::string describe_lora_expand_plan(const LoraExpandArgs& a,
+                                      ExpandPrefillKernel which = ExpandPrefillKernel::automatic);
+
 }  // namespace punica::kernels

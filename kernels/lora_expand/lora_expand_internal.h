@@ -4,6 +4,7 @@
 // and the prefill kernel a call runs (tests).
 #pragma once
 #include <cuda_runtime_api.h>
+#include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand.h"
 
 namespace punica::kernels::detail {
@@ -18,6 +19,8 @@ void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t strea
 // after_shrink: the one launch_lora_expand_after_shrink(a) runs.
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which,
                                           bool after_shrink = false);
+// The plan launch_lora_expand_with(a, which) (after_shrink: launch_lora_expand_after_shrink(a)) runs.
+ExpandPlan plan_expand(const LoraExpandArgs& a, ExpandPrefillKernel which, bool after_shrink);
 
 // The pipelined prefill kernel alone (add_lora_embedding, add_lora_logits): runs only where its
 // preconditions hold (one slice, 16-bit B / y, max_rank <= 64 and % 8, prefill-sized T, 16-byte
