@@ -15,7 +15,7 @@
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_shrink.h"
-#include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/common/test_util.h"
 #include "reference/lora_reference.h"
 
 namespace punica::kernels {
@@ -138,7 +138,7 @@ void run_case(const LinearCase& c) {
   std::string rep;
   // twice: two roundings of y (each within rtol of the reference's) in a row; a call that ran
   // before the other finished would be off by a whole product (|P| ~ rms), far above 2 rtol.
-  EXPECT_EQ(compare(got, ref, (c.twice ? 2.f : 1.f) * rtol_for(c.dtype), check, rep), 0u) << rep;
+  EXPECT_EQ(compare(got, ref, (c.twice ? 2.0 : 1.0) * rtol_for(c.dtype), check, rep, &y0), 0u) << rep;
 }
 
 TEST(AddLoraLinear, Bf16Decode) {

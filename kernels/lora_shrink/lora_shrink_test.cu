@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <numeric>
 #include "kernels/lora_shrink/lora_device.cuh"
-#include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/common/test_util.h"
 #include "kernels/lora_shrink/wgmma.cuh"
 #include "reference/lora_reference.h"
 
