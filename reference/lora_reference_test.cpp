@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/check.h"
 #include "kernels/common/error.h"
+#include "kernels/common/host_tensor.h"
 #include "kernels/common/hash_rng.h"
 #include "reference/lora_reference.h"
 
@@ -27,24 +29,7 @@ namespace {
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // ---------------------------------------------------------------- buffers
-struct Buf {
-  DType dt = DType::f32;
-  std::vector<uint8_t> bytes;
-  Buf() = default;
-  Buf(DType d, size_t n, float fill = 0.0f) : dt(d), bytes(n * kernels::dtype_size(d)) {
-    for (size_t i = 0; i < n; ++i) set(i, fill);
-  }
-  size_t size() const { return bytes.size() / kernels::dtype_size(dt); }
-  void* p() { return bytes.data(); }
-  const void* p() const { return bytes.data(); }
-  float get(size_t i) const { return kernels::load_elem(bytes.data(), dt, i); }
-  void set(size_t i, float v) { kernels::store_elem(bytes.data(), dt, i, v); }
-  uint32_t bits(size_t i) const {
-    uint32_t b = 0;
-    std::memcpy(&b, bytes.data() + i * kernels::dtype_size(dt), kernels::dtype_size(dt));
-    return b;
-  }
-};
+using Buf = kernels::HostTensor;  // kernels/common/host_tensor.h
 
 Buf vals(DType dt, const std::vector<float>& v) {
   Buf b(dt, v.size());
@@ -60,30 +45,22 @@ struct Gen {
   }
 };
 
-double rtol_of(DType t) { return t == DType::f32 ? 1e-5 : t == DType::f16 ? 5e-3 : 1e-2; }
+double rtol_of(DType t) { return kernels::rtol_for(t); }
 
-// DESIGN §6: |y - r| <= atol + rtol |r|, atol = rtol * rms(r); every compared element finite.
+// DESIGN §6 (kernels/common/check.h): |y - r| <= atol + rtol |r|, atol = rtol * rms(r); every
+// compared element finite. The Eigen and naive outputs come from the same inputs (no y0 slack).
 ::testing::AssertionResult close(const Buf& got, const Buf& want, double rtol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  double ss = 0;
-  size_t n = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (std::isfinite(want.get(i))) { ss += double(want.get(i)) * want.get(i); ++n; }
-  const double atol = rtol * std::sqrt(n ? ss / double(n) : 0.0);
-  size_t nwrong = 0, first = 0;
-  double max_abs = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = got.get(i), r = want.get(i);
-    const double err = std::fabs(g - r);
-    const bool ok = std::isfinite(g) && std::isfinite(r) && err <= atol + rtol * std::fabs(r);
-    if (!ok && nwrong++ == 0) first = i;
-    if (std::isfinite(err)) max_abs = std::max(max_abs, err);
-  }
-  if (nwrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << nwrong << " of " << want.size() << " wrong; first at "
-                                       << first << ": got " << got.get(first) << " want "
-                                       << want.get(first) << " (atol " << atol << ", max_abs "
-                                       << max_abs << ")";
+  if (got.size() != want.size() || got.dtype != want.dtype) return ::testing::AssertionFailure() << "size mismatch";
+  kernels::CheckSpec spec;
+  spec.dtype = want.dtype;
+  spec.n = want.size();
+  spec.name = "y";
+  const kernels::CheckResult r = kernels::check_close(got.data(), want.data(), rtol, spec);
+  if (r.nwrong == 0) return ::testing::AssertionSuccess();
+  ::testing::AssertionResult f = ::testing::AssertionFailure();
+  f << r.nwrong << " of " << want.size() << " wrong (atol " << r.atol << ", max_abs " << r.max_abs_err << ")";
+  for (const std::string& m : r.first_mismatches) f << "; " << m;
+  return f;
 }
 
 ::testing::AssertionResult bit_equal(const Buf& a, const Buf& b) {
@@ -187,27 +164,27 @@ struct Problem {
   }
   kernels::LoraShrinkArgs shrink(void* y, DType out) const {
     kernels::LoraShrinkArgs a;
-    a.dtype = dt; a.out_dtype = out; a.num_tokens = c.T; a.hidden = c.K; a.x = x.p();
+    a.dtype = dt; a.out_dtype = out; a.num_tokens = c.T; a.hidden = c.K; a.x = x.data();
     a.x_row_stride = ld_x; a.num_slices = S;
-    for (int s = 0; s < S; ++s) a.lora_a[s] = A[size_t(s)].p();
+    for (int s = 0; s < S; ++s) a.lora_a[s] = A[size_t(s)].data();
     a.max_loras = c.L; a.max_rank = c.r; a.lora_ranks = c.ranks.data(); a.meta = meta();
     a.scale = 0.5f; a.y = y;
     return a;
   }
   kernels::LoraExpandArgs expand(void* y, bool add) const {
     kernels::LoraExpandArgs a;
-    a.in_dtype = in_dt; a.dtype = dt; a.num_tokens = c.T; a.x = u.p(); a.num_slices = S;
-    for (int s = 0; s < S; ++s) { a.lora_b[s] = B[size_t(s)].p(); a.slice_width[s] = c.N[size_t(s)]; }
+    a.in_dtype = in_dt; a.dtype = dt; a.num_tokens = c.T; a.x = u.data(); a.num_slices = S;
+    for (int s = 0; s < S; ++s) { a.lora_b[s] = B[size_t(s)].data(); a.slice_width[s] = c.N[size_t(s)]; }
     a.max_loras = c.L; a.max_rank = c.r; a.lora_ranks = c.ranks.data(); a.meta = meta();
     a.y = y; a.y_row_stride = ld_y; a.offset_start = offset; a.add_inputs = add;
     return a;
   }
   kernels::AddLoraLinearArgs linear(void* y, bool add) const {
     kernels::AddLoraLinearArgs a;
-    a.dtype = dt; a.num_tokens = c.T; a.hidden = c.K; a.x = x.p(); a.x_row_stride = ld_x;
+    a.dtype = dt; a.num_tokens = c.T; a.hidden = c.K; a.x = x.data(); a.x_row_stride = ld_x;
     a.num_slices = S;
     for (int s = 0; s < S; ++s) {
-      a.lora_a[s] = A[size_t(s)].p(); a.lora_b[s] = B[size_t(s)].p(); a.slice_width[s] = c.N[size_t(s)];
+      a.lora_a[s] = A[size_t(s)].data(); a.lora_b[s] = B[size_t(s)].data(); a.slice_width[s] = c.N[size_t(s)];
     }
     a.max_loras = c.L; a.max_rank = c.r; a.lora_ranks = c.ranks.data(); a.meta = meta();
     a.scale = 0.5f; a.y = y; a.y_row_stride = ld_y; a.add_inputs = add;
@@ -216,8 +193,8 @@ struct Problem {
   // logits: slice 0 only, vocab = N[0]
   kernels::AddLoraLogitsArgs logits(void* y) const {
     kernels::AddLoraLogitsArgs a;
-    a.dtype = dt; a.num_rows = c.T; a.hidden = c.K; a.x = x.p(); a.x_row_stride = ld_x;
-    a.lora_a = A[0].p(); a.lora_b = B[0].p(); a.vocab_size = c.N[0]; a.max_loras = c.L;
+    a.dtype = dt; a.num_rows = c.T; a.hidden = c.K; a.x = x.data(); a.x_row_stride = ld_x;
+    a.lora_a = A[0].data(); a.lora_b = B[0].data(); a.vocab_size = c.N[0]; a.max_loras = c.L;
     a.max_rank = c.r; a.lora_ranks = c.ranks.data(); a.meta = meta(); a.scale = 0.5f; a.y = y;
     a.y_row_stride = ld_y;
     return a;
@@ -257,7 +234,7 @@ struct EmbProblem {
   kernels::AddLoraEmbeddingArgs args(void* y, bool add) const {
     kernels::AddLoraEmbeddingArgs a;
     a.dtype = dt; a.num_tokens = c.T; a.token_ids = ids.data(); a.vocab_size = V; a.embed_dim = D;
-    a.lora_a = A.p(); a.lora_b = B.p(); a.max_loras = c.L; a.max_rank = c.r;
+    a.lora_a = A.data(); a.lora_b = B.data(); a.max_loras = c.L; a.max_rank = c.r;
     a.lora_ranks = c.ranks.data(); a.meta.token_lora_mapping = map.data(); a.y = y;
     a.y_row_stride = ld_y; a.add_inputs = add;
     return a;
@@ -288,8 +265,8 @@ struct FullProblem {
   }
   kernels::ApplyLoraFullLinearArgs args(void* y, bool with_bias) const {
     kernels::ApplyLoraFullLinearArgs a;
-    a.dtype = dt; a.num_rows = R; a.in_features = In; a.out_features = Out; a.x = x.p();
-    a.x_row_stride = ld_x; a.weight = W.p(); a.bias = with_bias ? bias.p() : nullptr;
+    a.dtype = dt; a.num_rows = R; a.in_features = In; a.out_features = Out; a.x = x.data();
+    a.x_row_stride = ld_x; a.weight = W.data(); a.bias = with_bias ? bias.data() : nullptr;
     a.module_enabled = enabled.data(); a.max_loras = L; a.meta.token_lora_mapping = map.data();
     a.y = y; a.y_row_stride = ld_y;
     return a;
@@ -332,8 +309,8 @@ TEST_P(DenseOps, ShrinkMatchesNaiveAndWritesEverything) {
       Problem p(c, dt, dt, 0.0f);
       const size_t n = size_t(p.S) * c.T * c.r;
       Buf ye(out, n, kNaN), yn(out, n, kNaN);  // poisoned: every element must be written
-      ref::lora_shrink(p.shrink(ye.p(), out));
-      ref::naive::lora_shrink(p.shrink(yn.p(), out));
+      ref::lora_shrink(p.shrink(ye.data(), out));
+      ref::naive::lora_shrink(p.shrink(yn.data(), out));
       EXPECT_TRUE(all_finite(ye));
       EXPECT_TRUE(close(ye, yn, rtol_of(dt)));
       for (int s = 0; s < p.S; ++s)
@@ -355,8 +332,8 @@ TEST_P(DenseOps, ExpandMatchesNaiveAndLeavesOthersUntouched) {
                        " offset=" + std::to_string(off));
           Problem p(c, dt, in, 0.0f, {}, off);
           Buf ye = p.y0, yn = p.y0;
-          ref::lora_expand(p.expand(ye.p(), add));
-          ref::naive::lora_expand(p.expand(yn.p(), add));
+          ref::lora_expand(p.expand(ye.data(), add));
+          ref::naive::lora_expand(p.expand(yn.data(), add));
           EXPECT_TRUE(close(ye, yn, rtol_of(dt)));
           expect_untouched_outside(ye, p.y0, p.map, p.ld_y, off, p.width);
           expect_untouched_outside(yn, p.y0, p.map, p.ld_y, off, p.width);
@@ -373,8 +350,8 @@ TEST_P(DenseOps, LinearMatchesNaive) {
         Buf ye = p.y0, yn = p.y0;
         ref::RefOptions o;
         o.round_intermediate = round;
-        ref::add_lora_linear(p.linear(ye.p(), add), o);
-        ref::naive::add_lora_linear(p.linear(yn.p(), add), o);
+        ref::add_lora_linear(p.linear(ye.data(), add), o);
+        ref::naive::add_lora_linear(p.linear(yn.data(), add), o);
         EXPECT_TRUE(close(ye, yn, rtol_of(dt)));
         expect_untouched_outside(ye, p.y0, p.map, p.ld_y, 0, p.width);
       }
@@ -387,11 +364,11 @@ TEST_P(DenseOps, LinearEqualsShrinkThenExpand) {
     SCOPED_TRACE(c.name);
     Problem p(c, dt, DType::f32, 0.0f);
     Buf u(DType::f32, size_t(p.S) * c.T * c.r, kNaN);
-    ref::lora_shrink(p.shrink(u.p(), DType::f32));
+    ref::lora_shrink(p.shrink(u.data(), DType::f32));
     p.u = u;
     Buf y1 = p.y0, y2 = p.y0;
-    ref::lora_expand(p.expand(y1.p(), true));
-    ref::add_lora_linear(p.linear(y2.p(), true));
+    ref::lora_expand(p.expand(y1.data(), true));
+    ref::add_lora_linear(p.linear(y2.data(), true));
     EXPECT_TRUE(bit_equal(y1, y2));
   }
 }
@@ -403,8 +380,8 @@ TEST_P(DenseOps, EmbeddingMatchesNaive) {
       SCOPED_TRACE(c.name + " add=" + std::to_string(add));
       EmbProblem p(c, dt, 0.0f);
       Buf ye = p.y0, yn = p.y0;
-      ref::add_lora_embedding(p.args(ye.p(), add));
-      ref::naive::add_lora_embedding(p.args(yn.p(), add));
+      ref::add_lora_embedding(p.args(ye.data(), add));
+      ref::naive::add_lora_embedding(p.args(yn.data(), add));
       EXPECT_TRUE(close(ye, yn, rtol_of(dt)));
       expect_untouched_outside(ye, p.y0, p.map, p.ld_y, 0, p.D);
     }
@@ -417,15 +394,15 @@ TEST_P(DenseOps, LogitsMatchesNaive) {
     SCOPED_TRACE(c.name);
     Problem p(c, dt, DType::f32, 0.0f);
     Buf ye = p.y0, yn = p.y0;
-    ref::add_lora_logits(p.logits(ye.p()));
-    ref::naive::add_lora_logits(p.logits(yn.p()));
+    ref::add_lora_logits(p.logits(ye.data()));
+    ref::naive::add_lora_logits(p.logits(yn.data()));
     EXPECT_TRUE(close(ye, yn, rtol_of(dt)));
     expect_untouched_outside(ye, p.y0, p.map, p.ld_y, 0, c.N[0]);
     // logits == linear with one slice and add_inputs
     Buf yl = p.y0;
     Problem q = p;
     q.S = 1;
-    ref::add_lora_linear(q.linear(yl.p(), true));
+    ref::add_lora_linear(q.linear(yl.data(), true));
     EXPECT_TRUE(bit_equal(ye, yl));
   }
 }
@@ -437,8 +414,8 @@ TEST_P(DenseOps, FullLinearMatchesNaive) {
       SCOPED_TRACE("bias=" + std::to_string(with_bias) + " R=" + std::to_string(R));
       FullProblem p(dt, R, 300, 37, 5, 200 + uint64_t(R));
       Buf ye = p.y0, yn = p.y0;
-      ref::apply_lora_full_linear(p.args(ye.p(), with_bias));
-      ref::naive::apply_lora_full_linear(p.args(yn.p(), with_bias));
+      ref::apply_lora_full_linear(p.args(ye.data(), with_bias));
+      ref::naive::apply_lora_full_linear(p.args(yn.data(), with_bias));
       EXPECT_TRUE(close(ye, yn, rtol_of(dt)));
       for (int64_t j = 0; j < R; ++j) {
         const int idx = p.map[size_t(j)];
@@ -460,28 +437,28 @@ TEST_P(DenseOps, ExactSmallIntegersAreBitEqual) {
     SCOPED_TRACE(c.name);
     Problem p(c, dt, DType::f32, 0.0f, g, 2);
     Buf se(DType::f32, size_t(p.S) * c.T * c.r, kNaN), sn = se;
-    ref::lora_shrink(p.shrink(se.p(), DType::f32));
-    ref::naive::lora_shrink(p.shrink(sn.p(), DType::f32));
+    ref::lora_shrink(p.shrink(se.data(), DType::f32));
+    ref::naive::lora_shrink(p.shrink(sn.data(), DType::f32));
     EXPECT_TRUE(bit_equal(se, sn));
     Buf ee = p.y0, en = p.y0;
-    ref::lora_expand(p.expand(ee.p(), true));
-    ref::naive::lora_expand(p.expand(en.p(), true));
+    ref::lora_expand(p.expand(ee.data(), true));
+    ref::naive::lora_expand(p.expand(en.data(), true));
     EXPECT_TRUE(bit_equal(ee, en));
     Problem q(c, dt, DType::f32, 0.0f, g);
     Buf le = q.y0, ln = q.y0;
-    ref::add_lora_linear(q.linear(le.p(), false));
-    ref::naive::add_lora_linear(q.linear(ln.p(), false));
+    ref::add_lora_linear(q.linear(le.data(), false));
+    ref::naive::add_lora_linear(q.linear(ln.data(), false));
     EXPECT_TRUE(bit_equal(le, ln));
     EmbProblem e(c, dt, 0.0f, g);
     Buf me = e.y0, mn = e.y0;
-    ref::add_lora_embedding(e.args(me.p(), true));
-    ref::naive::add_lora_embedding(e.args(mn.p(), true));
+    ref::add_lora_embedding(e.args(me.data(), true));
+    ref::naive::add_lora_embedding(e.args(mn.data(), true));
     EXPECT_TRUE(bit_equal(me, mn));
   }
   FullProblem f(dt, 17, 200, 9, 4, 7, g);
   Buf fe = f.y0, fn = f.y0;
-  ref::apply_lora_full_linear(f.args(fe.p(), true));
-  ref::naive::apply_lora_full_linear(f.args(fn.p(), true));
+  ref::apply_lora_full_linear(f.args(fe.data(), true));
+  ref::naive::apply_lora_full_linear(f.args(fn.data(), true));
   EXPECT_TRUE(bit_equal(fe, fn));
 }
 
@@ -494,42 +471,42 @@ TEST_P(DenseOps, NaNPaddingBeyondTrueRankIsNeverRead) {
     Problem z(c, dt, DType::f32, 0.0f, {}, 3), q(c, dt, DType::f32, kNaN, {}, 3);
     const size_t n = size_t(z.S) * c.T * c.r;
     Buf s0(DType::f32, n, kNaN), s1 = s0, s2 = s0;
-    ref::lora_shrink(z.shrink(s0.p(), DType::f32));
-    ref::lora_shrink(q.shrink(s1.p(), DType::f32));
-    ref::naive::lora_shrink(q.shrink(s2.p(), DType::f32));
+    ref::lora_shrink(z.shrink(s0.data(), DType::f32));
+    ref::lora_shrink(q.shrink(s1.data(), DType::f32));
+    ref::naive::lora_shrink(q.shrink(s2.data(), DType::f32));
     EXPECT_TRUE(all_finite(s1));
     EXPECT_TRUE(bit_equal(s0, s1));
     EXPECT_TRUE(close(s1, s2, rtol_of(dt)));
 
     Buf e0 = z.y0, e1 = z.y0, e2 = z.y0;
-    ref::lora_expand(z.expand(e0.p(), true));
-    ref::lora_expand(q.expand(e1.p(), true));
-    ref::naive::lora_expand(q.expand(e2.p(), true));
+    ref::lora_expand(z.expand(e0.data(), true));
+    ref::lora_expand(q.expand(e1.data(), true));
+    ref::naive::lora_expand(q.expand(e2.data(), true));
     EXPECT_TRUE(all_finite(e1));
     EXPECT_TRUE(bit_equal(e0, e1));
     EXPECT_TRUE(close(e1, e2, rtol_of(dt)));
 
     Buf l0 = z.y0, l1 = z.y0, l2 = z.y0;
-    ref::add_lora_linear(z.linear(l0.p(), true));
-    ref::add_lora_linear(q.linear(l1.p(), true));
-    ref::naive::add_lora_linear(q.linear(l2.p(), true));
+    ref::add_lora_linear(z.linear(l0.data(), true));
+    ref::add_lora_linear(q.linear(l1.data(), true));
+    ref::naive::add_lora_linear(q.linear(l2.data(), true));
     EXPECT_TRUE(all_finite(l1));
     EXPECT_TRUE(bit_equal(l0, l1));
     EXPECT_TRUE(close(l1, l2, rtol_of(dt)));
 
     Buf g0 = z.y0, g1 = z.y0, g2 = z.y0;
-    ref::add_lora_logits(z.logits(g0.p()));
-    ref::add_lora_logits(q.logits(g1.p()));
-    ref::naive::add_lora_logits(q.logits(g2.p()));
+    ref::add_lora_logits(z.logits(g0.data()));
+    ref::add_lora_logits(q.logits(g1.data()));
+    ref::naive::add_lora_logits(q.logits(g2.data()));
     EXPECT_TRUE(all_finite(g1));
     EXPECT_TRUE(bit_equal(g0, g1));
     EXPECT_TRUE(close(g1, g2, rtol_of(dt)));
 
     EmbProblem ez(c, dt, 0.0f), eq(c, dt, kNaN);
     Buf m0 = ez.y0, m1 = ez.y0, m2 = ez.y0;
-    ref::add_lora_embedding(ez.args(m0.p(), true));
-    ref::add_lora_embedding(eq.args(m1.p(), true));
-    ref::naive::add_lora_embedding(eq.args(m2.p(), true));
+    ref::add_lora_embedding(ez.args(m0.data(), true));
+    ref::add_lora_embedding(eq.args(m1.data(), true));
+    ref::naive::add_lora_embedding(eq.args(m2.data(), true));
     EXPECT_TRUE(all_finite(m1));
     EXPECT_TRUE(bit_equal(m0, m1));
     EXPECT_TRUE(close(m1, m2, rtol_of(dt)));
@@ -547,29 +524,29 @@ TEST_P(DenseOps, EveryTokenNoLora) {
   for (int which = 0; which < 2; ++which) {
     SCOPED_TRACE(which ? "naive" : "eigen");
     Buf s(DType::f32, size_t(p.S) * c.T * c.r, kNaN);
-    auto sa = p.shrink(s.p(), DType::f32);
+    auto sa = p.shrink(s.data(), DType::f32);
     sa.meta.no_lora_flag = &flag;
     which ? ref::naive::lora_shrink(sa) : ref::lora_shrink(sa);
     for (size_t i = 0; i < s.size(); ++i) ASSERT_EQ(s.bits(i), 0u);  // +0.0 everywhere
     for (bool add : {true, false}) {
       Buf y = p.y0;
-      which ? ref::naive::lora_expand(p.expand(y.p(), add)) : ref::lora_expand(p.expand(y.p(), add));
+      which ? ref::naive::lora_expand(p.expand(y.data(), add)) : ref::lora_expand(p.expand(y.data(), add));
       EXPECT_TRUE(bit_equal(y, p.y0));
-      which ? ref::naive::add_lora_linear(p.linear(y.p(), add)) : ref::add_lora_linear(p.linear(y.p(), add));
+      which ? ref::naive::add_lora_linear(p.linear(y.data(), add)) : ref::add_lora_linear(p.linear(y.data(), add));
       EXPECT_TRUE(bit_equal(y, p.y0));
     }
     Buf y = p.y0;
-    which ? ref::naive::add_lora_logits(p.logits(y.p())) : ref::add_lora_logits(p.logits(y.p()));
+    which ? ref::naive::add_lora_logits(p.logits(y.data())) : ref::add_lora_logits(p.logits(y.data()));
     EXPECT_TRUE(bit_equal(y, p.y0));
     EmbProblem e(c, dt, 0.0f);
     std::fill(e.map.begin(), e.map.end(), -1);
     Buf ey = e.y0;
-    which ? ref::naive::add_lora_embedding(e.args(ey.p(), false)) : ref::add_lora_embedding(e.args(ey.p(), false));
+    which ? ref::naive::add_lora_embedding(e.args(ey.data(), false)) : ref::add_lora_embedding(e.args(ey.data(), false));
     EXPECT_TRUE(bit_equal(ey, e.y0));
     FullProblem f(dt, 6, 20, 5, 3, 9);
     std::fill(f.map.begin(), f.map.end(), -1);
     Buf fy = f.y0;
-    which ? ref::naive::apply_lora_full_linear(f.args(fy.p(), true)) : ref::apply_lora_full_linear(f.args(fy.p(), true));
+    which ? ref::naive::apply_lora_full_linear(f.args(fy.data(), true)) : ref::apply_lora_full_linear(f.args(fy.data(), true));
     EXPECT_TRUE(bit_equal(fy, f.y0));
   }
 }
@@ -582,10 +559,10 @@ TEST_P(DenseOps, ZeroTokensIsANoOp) {
   Buf sentinel(dt, 16, 3.0f);
   for (int which = 0; which < 2; ++which) {
     Buf y = sentinel;
-    auto sa = p.shrink(y.p(), dt);
-    auto ea = p.expand(y.p(), false);
-    auto la = p.linear(y.p(), false);
-    auto ga = p.logits(y.p());
+    auto sa = p.shrink(y.data(), dt);
+    auto ea = p.expand(y.data(), false);
+    auto la = p.linear(y.data(), false);
+    auto ga = p.logits(y.data());
     if (which) {
       ref::naive::lora_shrink(sa); ref::naive::lora_expand(ea);
       ref::naive::add_lora_linear(la); ref::naive::add_lora_logits(ga);
@@ -616,12 +593,12 @@ TEST_P(DenseOps, NoneSubLoraSliceAddsNothing) {
   for (size_t i = 0; i < size_t(c.r) * c.K; ++i) p.A[s].set(size_t(slot) * c.r * c.K + i, 0.0f);
   for (size_t i = 0; i < size_t(N1) * c.r; ++i) p.B[s].set(size_t(slot) * N1 * c.r + i, 0.0f);
   Buf u(DType::f32, size_t(p.S) * c.T * c.r, kNaN), un = u;
-  ref::lora_shrink(p.shrink(u.p(), DType::f32));
-  ref::naive::lora_shrink(p.shrink(un.p(), DType::f32));
+  ref::lora_shrink(p.shrink(u.data(), DType::f32));
+  ref::naive::lora_shrink(p.shrink(un.data(), DType::f32));
   EXPECT_TRUE(close(u, un, rtol_of(dt)));
   Buf y = p.y0, yn = p.y0;
-  ref::add_lora_linear(p.linear(y.p(), true));
-  ref::naive::add_lora_linear(p.linear(yn.p(), true));
+  ref::add_lora_linear(p.linear(y.data(), true));
+  ref::naive::add_lora_linear(p.linear(yn.data(), true));
   EXPECT_TRUE(close(y, yn, rtol_of(dt)));
   int hits = 0;
   for (int64_t t = 0; t < c.T; ++t) {
@@ -656,9 +633,9 @@ TEST_P(HandExamples, Shrink) {
     for (int which = 0; which < 2; ++which) {
       Buf y(out, 6, kNaN);
       kernels::LoraShrinkArgs a;
-      a.dtype = dt; a.out_dtype = out; a.num_tokens = 3; a.hidden = 3; a.x = x.p(); a.x_row_stride = 3;
-      a.lora_a[0] = A.p(); a.max_loras = 2; a.max_rank = 2; a.lora_ranks = ranks.data();
-      a.meta.token_lora_mapping = map.data(); a.scale = 0.5f; a.y = y.p();
+      a.dtype = dt; a.out_dtype = out; a.num_tokens = 3; a.hidden = 3; a.x = x.data(); a.x_row_stride = 3;
+      a.lora_a[0] = A.data(); a.max_loras = 2; a.max_rank = 2; a.lora_ranks = ranks.data();
+      a.meta.token_lora_mapping = map.data(); a.scale = 0.5f; a.y = y.data();
       which ? ref::naive::lora_shrink(a) : ref::lora_shrink(a);
       const std::vector<float> want = {2.5f, 0, 0, 0, -1.5f, -1};
       for (size_t i = 0; i < 6; ++i) EXPECT_EQ(y.get(i), want[i]) << i << " naive=" << which;
@@ -680,10 +657,10 @@ TEST_P(HandExamples, Expand) {
     for (int which = 0; which < 2; ++which) {
       Buf y = y0;
       kernels::LoraExpandArgs a;
-      a.in_dtype = DType::f32; a.dtype = dt; a.num_tokens = 3; a.x = u.p(); a.num_slices = 2;
-      a.lora_b[0] = B0.p(); a.lora_b[1] = B1.p(); a.slice_width[0] = 2; a.slice_width[1] = 1;
+      a.in_dtype = DType::f32; a.dtype = dt; a.num_tokens = 3; a.x = u.data(); a.num_slices = 2;
+      a.lora_b[0] = B0.data(); a.lora_b[1] = B1.data(); a.slice_width[0] = 2; a.slice_width[1] = 1;
       a.max_loras = 2; a.max_rank = 2; a.lora_ranks = ranks.data(); a.meta.token_lora_mapping = map.data();
-      a.y = y.p(); a.y_row_stride = 5; a.offset_start = 1; a.add_inputs = add;
+      a.y = y.data(); a.y_row_stride = 5; a.offset_start = 1; a.add_inputs = add;
       which ? ref::naive::lora_expand(a) : ref::lora_expand(a);
       const std::vector<float> want =
           add ? std::vector<float>{0, 4, 1, 11, 4, 10, 11, 12, 13, 14, 20, 22, 21, 24, 24}
@@ -701,11 +678,11 @@ TEST_P(HandExamples, Linear) {
   for (int which = 0; which < 2; ++which) {
     Buf y = vals(dt, {1, 1, 1, 7, 7, 7});
     kernels::AddLoraLinearArgs a;
-    a.dtype = dt; a.num_tokens = 2; a.hidden = 2; a.x = x.p(); a.x_row_stride = 2; a.num_slices = 2;
-    a.lora_a[0] = A0.p(); a.lora_a[1] = A1.p(); a.lora_b[0] = B0.p(); a.lora_b[1] = B1.p();
+    a.dtype = dt; a.num_tokens = 2; a.hidden = 2; a.x = x.data(); a.x_row_stride = 2; a.num_slices = 2;
+    a.lora_a[0] = A0.data(); a.lora_a[1] = A1.data(); a.lora_b[0] = B0.data(); a.lora_b[1] = B1.data();
     a.slice_width[0] = 1; a.slice_width[1] = 2; a.max_loras = 1; a.max_rank = 1;
     a.lora_ranks = ranks.data(); a.meta.token_lora_mapping = map.data(); a.scale = 2.0f;
-    a.y = y.p(); a.y_row_stride = 3;
+    a.y = y.data(); a.y_row_stride = 3;
     which ? ref::naive::add_lora_linear(a) : ref::add_lora_linear(a);
     const std::vector<float> want = {4, -1, -3, 7, 7, 7};
     for (size_t i = 0; i < 6; ++i) EXPECT_EQ(y.get(i), want[i]) << i << " naive=" << which;
@@ -722,8 +699,8 @@ TEST_P(HandExamples, Embedding) {
     Buf y = vals(dt, {1, 1, 1, 1, 1, 1});
     kernels::AddLoraEmbeddingArgs a;
     a.dtype = dt; a.num_tokens = 3; a.token_ids = ids.data(); a.vocab_size = 3; a.embed_dim = 2;
-    a.lora_a = A.p(); a.lora_b = B.p(); a.max_loras = 2; a.max_rank = 2; a.lora_ranks = ranks.data();
-    a.meta.token_lora_mapping = map.data(); a.y = y.p(); a.y_row_stride = 2;
+    a.lora_a = A.data(); a.lora_b = B.data(); a.max_loras = 2; a.max_rank = 2; a.lora_ranks = ranks.data();
+    a.meta.token_lora_mapping = map.data(); a.y = y.data(); a.y_row_stride = 2;
     which ? ref::naive::add_lora_embedding(a) : ref::add_lora_embedding(a);
     const std::vector<float> want = {4, 3, 4, 0, 1, 1};
     for (size_t i = 0; i < 6; ++i) EXPECT_EQ(y.get(i), want[i]) << i << " naive=" << which;
@@ -740,9 +717,9 @@ TEST_P(HandExamples, Logits) {
   for (int which = 0; which < 2; ++which) {
     Buf y = vals(dt, {0, 0, 0, 7, 0, 0, 0, 7});
     kernels::AddLoraLogitsArgs a;
-    a.dtype = dt; a.num_rows = 2; a.hidden = 2; a.x = x.p(); a.x_row_stride = 2; a.lora_a = A.p();
-    a.lora_b = B.p(); a.vocab_size = 3; a.max_loras = 2; a.max_rank = 1; a.lora_ranks = ranks.data();
-    a.meta.token_lora_mapping = map.data(); a.scale = 1.0f; a.y = y.p(); a.y_row_stride = 4;
+    a.dtype = dt; a.num_rows = 2; a.hidden = 2; a.x = x.data(); a.x_row_stride = 2; a.lora_a = A.data();
+    a.lora_b = B.data(); a.vocab_size = 3; a.max_loras = 2; a.max_rank = 1; a.lora_ranks = ranks.data();
+    a.meta.token_lora_mapping = map.data(); a.scale = 1.0f; a.y = y.data(); a.y_row_stride = 4;
     which ? ref::naive::add_lora_logits(a) : ref::add_lora_logits(a);
     const std::vector<float> want = {-3, 0, 3, 7, 3, 6, 9, 7};
     for (size_t i = 0; i < 8; ++i) EXPECT_EQ(y.get(i), want[i]) << i << " naive=" << which;
@@ -760,10 +737,10 @@ TEST_P(HandExamples, FullLinear) {
     for (int which = 0; which < 2; ++which) {
       Buf y = vals(dt, {9, 9, 9, 9, 9, 9});
       kernels::ApplyLoraFullLinearArgs a;
-      a.dtype = dt; a.num_rows = 3; a.in_features = 2; a.out_features = 2; a.x = x.p();
-      a.x_row_stride = 2; a.weight = W.p(); a.bias = bias ? b.p() : nullptr;
+      a.dtype = dt; a.num_rows = 3; a.in_features = 2; a.out_features = 2; a.x = x.data();
+      a.x_row_stride = 2; a.weight = W.data(); a.bias = bias ? b.data() : nullptr;
       a.module_enabled = enabled.data(); a.max_loras = 2; a.meta.token_lora_mapping = map.data();
-      a.y = y.p(); a.y_row_stride = 2;
+      a.y = y.data(); a.y_row_stride = 2;
       which ? ref::naive::apply_lora_full_linear(a) : ref::apply_lora_full_linear(a);
       const std::vector<float> want = bias ? std::vector<float>{4, 6, 9, 9, 9, 9}
                                            : std::vector<float>{3, 7, 9, 9, 9, 9};
@@ -788,15 +765,15 @@ TEST(RefOptions, RoundIntermediateMatters) {
   const V32 map = {0}, ranks = {2};
   auto run = [&](bool round) {
     kernels::AddLoraLinearArgs a;
-    a.dtype = dt; a.num_tokens = 1; a.hidden = 2; a.x = x.p(); a.x_row_stride = 2;
-    a.lora_a[0] = A.p(); a.lora_b[0] = B.p(); a.slice_width[0] = 1; a.max_loras = 1; a.max_rank = 2;
+    a.dtype = dt; a.num_tokens = 1; a.hidden = 2; a.x = x.data(); a.x_row_stride = 2;
+    a.lora_a[0] = A.data(); a.lora_b[0] = B.data(); a.slice_width[0] = 1; a.max_loras = 1; a.max_rank = 2;
     a.lora_ranks = ranks.data(); a.meta.token_lora_mapping = map.data(); a.y_row_stride = 1;
     ref::RefOptions o;
     o.round_intermediate = round;
     Buf y = vals(dt, {0}), yn = vals(dt, {0});
-    a.y = y.p();
+    a.y = y.data();
     ref::add_lora_linear(a, o);
-    a.y = yn.p();
+    a.y = yn.data();
     ref::naive::add_lora_linear(a, o);
     EXPECT_EQ(y.get(0), yn.get(0)) << "round=" << round;
     return y.get(0);
@@ -818,9 +795,9 @@ TEST(Roundings, ExpandRoundsInputAndProductLikeTheGpu) {
   for (int which = 0; which < 2; ++which) {
     Buf y = vals(dt, {0, 0, 1, 1});
     kernels::LoraExpandArgs a;
-    a.in_dtype = DType::f32; a.dtype = dt; a.num_tokens = 2; a.x = u.p(); a.lora_b[0] = B.p();
+    a.in_dtype = DType::f32; a.dtype = dt; a.num_tokens = 2; a.x = u.data(); a.lora_b[0] = B.data();
     a.slice_width[0] = 2; a.max_loras = 1; a.max_rank = 2; a.lora_ranks = ranks.data();
-    a.meta.token_lora_mapping = map.data(); a.y = y.p(); a.y_row_stride = 2;
+    a.meta.token_lora_mapping = map.data(); a.y = y.data(); a.y_row_stride = 2;
     which ? ref::naive::lora_expand(a) : ref::lora_expand(a);
     EXPECT_EQ(y.get(0), 0.0f) << "naive=" << which;
     EXPECT_EQ(y.get(3), 1.0f) << "naive=" << which;
@@ -848,42 +825,42 @@ TEST(Validation, BadArgumentsThrowUsage) {
     auto expand = [&](kernels::LoraExpandArgs a) {
       which ? ref::naive::lora_expand(a) : ref::lora_expand(a);
     };
-    auto a = p.shrink(y.p(), DType::f32);
+    auto a = p.shrink(y.data(), DType::f32);
     a.num_slices = 0;
     expect_usage([&] { shrink(a); }, "num_slices 0");
     a.num_slices = kernels::kMaxSlices + 1;
     expect_usage([&] { shrink(a); }, "num_slices 9");
-    a = p.shrink(y.p(), DType::f32);
+    a = p.shrink(y.data(), DType::f32);
     a.num_tokens = -1;
     expect_usage([&] { shrink(a); }, "negative T");
-    a = p.shrink(y.p(), DType::f32);
+    a = p.shrink(y.data(), DType::f32);
     a.hidden = -4;
     expect_usage([&] { shrink(a); }, "negative K");
     V32 bad_map = p.map;
     bad_map[1] = c.L;
-    a = p.shrink(y.p(), DType::f32);
+    a = p.shrink(y.data(), DType::f32);
     a.meta.token_lora_mapping = bad_map.data();
     expect_usage([&] { shrink(a); }, "slot == L");
     bad_map[1] = -2;
     expect_usage([&] { shrink(a); }, "slot -2");
     V32 bad_ranks = c.ranks;
     bad_ranks[0] = c.r + 1;
-    a = p.shrink(y.p(), DType::f32);
+    a = p.shrink(y.data(), DType::f32);
     a.lora_ranks = bad_ranks.data();
     expect_usage([&] { shrink(a); }, "rank > max_rank");
     Buf yy = p.y0;
-    auto e = p.expand(yy.p(), true);
+    auto e = p.expand(yy.data(), true);
     e.slice_width[1] = -1;
     expect_usage([&] { expand(e); }, "negative width");
-    e = p.expand(yy.p(), true);
+    e = p.expand(yy.data(), true);
     e.num_slices = 0;
     expect_usage([&] { expand(e); }, "expand num_slices 0");
-    e = p.expand(yy.p(), true);
+    e = p.expand(yy.data(), true);
     e.lora_ranks = bad_ranks.data();
     expect_usage([&] { expand(e); }, "expand rank > max_rank");
   }
   Buf yy = p.y0;
-  auto e = p.expand(yy.p(), true);
+  auto e = p.expand(yy.data(), true);
   e.y_row_stride = p.width - 1;
   expect_usage([&] { ref::lora_expand(e); }, "y stride too small");
 }
@@ -897,9 +874,9 @@ TEST(ModelSized, MillisecondsAndMatchesNaive) {
   Problem p(c, DType::bf16, DType::f32, 0.0f);
   Buf ye = p.y0, yn = p.y0;
   auto t0 = clock::now();
-  ref::add_lora_linear(p.linear(ye.p(), true));
+  ref::add_lora_linear(p.linear(ye.data(), true));
   auto t1 = clock::now();
-  ref::naive::add_lora_linear(p.linear(yn.p(), true));
+  ref::naive::add_lora_linear(p.linear(yn.data(), true));
   const double ms_lin = std::chrono::duration<double, std::milli>(t1 - t0).count();
   EXPECT_TRUE(close(ye, yn, rtol_of(DType::bf16)));
 
@@ -907,9 +884,9 @@ TEST(ModelSized, MillisecondsAndMatchesNaive) {
   Problem q(lc, DType::bf16, DType::f32, 0.0f);
   Buf ge = q.y0, gn = q.y0;
   t0 = clock::now();
-  ref::add_lora_logits(q.logits(ge.p()));
+  ref::add_lora_logits(q.logits(ge.data()));
   t1 = clock::now();
-  ref::naive::add_lora_logits(q.logits(gn.p()));
+  ref::naive::add_lora_logits(q.logits(gn.data()));
   const double ms_log = std::chrono::duration<double, std::milli>(t1 - t0).count();
   EXPECT_TRUE(close(ge, gn, rtol_of(DType::bf16)));
   std::printf("[ model ] add_lora_linear T=64 K=4096 S=3 L=8 r=16: %.2f ms; add_lora_logits V=32000: %.2f ms\n",

@@ -89,9 +89,11 @@ class Problem {
   virtual Baseline baseline() const { return {}; }
   virtual double rtol() const;
   virtual std::string describe() const { return ""; }  // one line for -v (besides the tensor shapes)
-  // The kernel plan the op runs for this case on the CUDA backend (recorded in the result as
-  // "plan"); empty where the op has a single path.
-  virtual std::string plan() const { return ""; }
+  // The kernel plan the op runs for this case on the CUDA backend under `--kernel` choice k
+  // (recorded in the result as "plan"); empty where the entry does not describe one (layers).
+  virtual std::string plan(const KernelChoice& k) const { return ""; }
+  // Null pointers for every tensor: Args built from them carry the shapes a plan reads.
+  std::vector<void*> nulls() const { return std::vector<void*>(tensors.size(), nullptr); }
 
   // Layer cases: parts of the forward timed like run() over the same rotated copies, reported as
   // timing.<name>_us ("base" = base GEMM alone, "lora" = the LoRA part with its collectives, and

@@ -40,4 +40,15 @@ void launch_add_lora_embedding(const AddLoraEmbeddingArgs& a, cudaStream_t strea
   });
 }
 
+std::string describe_add_lora_embedding_plan(const AddLoraEmbeddingArgs& a) {
+  if (a.num_tokens <= 0 || a.embed_dim <= 0 || a.max_rank <= 0 || a.max_loras <= 0) return "none";
+  if (detail::expand_pipe_ok(detail::one_slice_expand(a.dtype, a.dtype, a.num_tokens, a.lora_a, a.lora_b, a.embed_dim,
+                                                      a.max_loras, a.max_rank, a.lora_ranks, a.meta, a.y,
+                                                      a.y_row_stride, a.add_inputs),
+                             a.token_ids))
+    return a.max_rank <= 16 ? "pipe/bm64/bk16" : "pipe/bm64/bk64";
+  const SortedExpandConfig c = pick_sorted_expand_config(a.num_tokens, a.embed_dim, current_sm_count());
+  return "sorted_expand/tm" + std::to_string(c.tm) + "/th" + std::to_string(c.threads);
+}
+
 }  // namespace punica::kernels

@@ -3,6 +3,7 @@
 // a slot. Tokens with slot -1 are untouched. Only the true rank of each slot is read.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <cuda_runtime_api.h>
 #include "kernels/common/dtype.h"
 #include "kernels/common/lora_types.h"
@@ -27,5 +28,9 @@ struct AddLoraEmbeddingArgs {
 };
 
 void launch_add_lora_embedding(const AddLoraEmbeddingArgs& args, cudaStream_t stream);
+// The kernel launch_add_lora_embedding(a) runs: "pipe/bm64/bk16|bk64" (lora_expand's pipelined kernel
+// with the A rows gathered per token) or "sorted_expand/tm<rows>/th<columns>" (the CUDA-core sorted
+// expand; its tile from the current device's SM count, 132 without a GPU). Host only.
+std::string describe_add_lora_embedding_plan(const AddLoraEmbeddingArgs& a);
 
 }  // namespace punica::kernels

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/add_lora_embedding/add_lora_embedding.h"
-#include "kernels/lora_meta/lora_test_util.h"
+#include "kernels/common/test_util.h"
 
 namespace punica::kernels::testing {
 namespace {
@@ -65,8 +65,8 @@ void run_case(const EmbCase& c, uint64_t seed) {
   punica::ref::add_lora_embedding(a);
 
   // GPU.
-  GuardedBuffer dA = to_device(A), dB = to_device(B), dy = to_device(y0), dids = to_device(ids),
-                dranks = to_device(ranks);
+  GuardedBuffer dA = to_guarded(A), dB = to_guarded(B), dy = to_guarded(y0), dids = to_guarded(ids),
+                dranks = to_guarded(ranks);
   DeviceMeta dm = c.gpu_meta ? gpu_meta(mapping, L) : upload_meta(hm);
   a.token_ids = dids.as<int32_t>();
   a.lora_a = dA.data();

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <cuda_runtime_api.h>
 #include "kernels/common/dtype.h"
 #include "kernels/common/lora_types.h"
@@ -35,5 +36,16 @@ struct AddLoraLinearArgs {
 
 std::size_t add_lora_linear_workspace_bytes(int64_t max_tokens, int num_slices, int max_rank);
 void launch_add_lora_linear(const AddLoraLinearArgs& args, cudaStream_t stream);
+
+// The plan launch_add_lora_linear(a) runs (kernels/add_lora_linear/heuristics.h: the chain of
+// kernels and the plans of its shrink and expand), from a's sizes, dtypes and pointer alignment and
+// the current device (SM count, clusters, wgmma; cached per device; without a GPU: 132 SMs and
+// neither). No device memory is read.
+struct LinearPlan;
+LinearPlan add_lora_linear_plan(const AddLoraLinearArgs& a);
+// A short stable name, e.g. "tiles:cluster/bm16/nbw2/c4+pipe/bm64/bn128/bk16", "partials/splitk16".
+std::string plan_name(const LinearPlan& p);
+// plan_name(add_lora_linear_plan(a)).
+std::string describe_add_lora_linear_plan(const AddLoraLinearArgs& a);
 
 }  // namespace punica::kernels

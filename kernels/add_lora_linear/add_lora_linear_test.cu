@@ -15,7 +15,7 @@
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/lora_shrink.h"
-#include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/common/test_util.h"
 #include "reference/lora_reference.h"
 
 namespace punica::kernels {
@@ -138,7 +138,7 @@ void run_case(const LinearCase& c) {
   std::string rep;
   // twice: two roundings of y (each within rtol of the reference's) in a row; a call that ran
   // before the other finished would be off by a whole product (|P| ~ rms), far above 2 rtol.
-  EXPECT_EQ(compare(got, ref, (c.twice ? 2.f : 1.f) * rtol_for(c.dtype), check, rep), 0u) << rep;
+  EXPECT_EQ(compare(got, ref, (c.twice ? 2.0 : 1.0) * rtol_for(c.dtype), check, rep, &y0), 0u) << rep;
 }
 
 TEST(AddLoraLinear, Bf16Decode) {
@@ -315,12 +315,12 @@ void perf_shape(const PerfShape& p) {
       variant(pp.second, fl, true, [&](cudaStream_t st) { detail::launch_add_lora_linear_with(la, pp.first, st); });
   } else {
     // Each prefill (mma) expand kernel alone: pipelined, streaming, staged.
-    using K = detail::ExpandPrefillKernel;
+    using K = ExpandPrefillKernel;
     const std::pair<K, const char*> ks[] = {{K::mma_pipe, "expand[pipe]"},
                                             {K::mma_stream, "expand[stream]"},
                                             {K::mma_staged, "expand[staged]"}};
     for (const auto& k : ks)
-      variant(k.second, fe, false, [&](cudaStream_t st) { detail::launch_lora_expand_with(ea, k.first, st); });
+      variant(k.second, fe, false, [&](cudaStream_t st) { launch_lora_expand_with(ea, k.first, st); });
   }
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include "kernels/add_lora_linear/add_lora_linear_internal.h"
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_shrink/heuristics.h"
 
@@ -89,3 +90,58 @@ inline std::size_t workspace_bytes(int64_t max_tokens, int S, int R) {
 }
 
 }  // namespace punica::kernels::linear_heur
+
+namespace punica::kernels {
+
+// ---------------------------------------------------------------- the plan
+// Which chain of kernels one call runs (linear_heur::plan_chain) and the plans of its shrink and
+// expand (add_lora_linear_plan). The chain's shrink and expand are the ops' own launches, which
+// run the sub-plans recorded here. Paths (detail::LinearPath): decode and partials are taken by the
+// automatic choice for small batches, tiles for the rest; all kept.
+enum class LinearChain {
+  none,          // nothing to do (T = 0 or no slots)
+  partials,      // split-K GEMV partials -> (PDL) the wide-N GEMV expand (T <= 128)
+  decode,        // the decode shrink -> (PDL) the decode expand (T <= 128)
+  cluster,       // the cluster shrink (late trigger) -> (PDL) the expand after the shrink
+  tiles,         // lora_shrink's small_cluster choice -> (PDL) the expand after the shrink (T > 128)
+  small_tiles    // lora_shrink's small_cluster choice -> lora_expand's standalone launch (T <= 128)
+};
+struct LinearShape {
+  int64_t T = 0, K = 0, total_n = 0;
+  int S = 1, R = 0, L = 0;
+  int planned = 0;          // planned_loras(L, num_active_loras)
+  bool cluster_ok = false;  // the cluster tile can take the shrink (dtypes, alignment, ranks, device)
+};
+
+namespace linear_heur {
+// The rules in order (heuristics_test pins them).
+inline LinearChain plan_chain(const LinearShape& s, detail::LinearPath path) {
+  using P = detail::LinearPath;
+  if (s.T == 0 || s.L == 0) return LinearChain::none;
+  const int lh = s.planned;
+  const bool small = use_partials(s.T);
+  if (!small && (path == P::decode || path == P::partials)) path = P::automatic;
+  const bool auto_tiles = use_tiles(s.T, lh, s.R);
+  if (path == P::automatic) {
+    if (auto_tiles) path = P::tiles;
+    else if (use_split_partials(s.T, lh, s.R, s.K, s.S, s.total_n)) path = P::partials;
+    else path = P::decode;
+  }
+  if (path == P::partials) return LinearChain::partials;
+  if (path == P::decode) return LinearChain::decode;
+  if ((small ? auto_tiles && small_cluster_pdl_expand(s.T, s.S, s.R, lh) : mid_cluster(s.T, s.S, s.R, lh, s.K)) &&
+      s.cluster_ok)
+    return LinearChain::cluster;
+  return small ? LinearChain::small_tiles : LinearChain::tiles;
+}
+}  // namespace linear_heur
+
+struct LinearPlan {
+  LinearChain chain = LinearChain::none;
+  ShrinkPlan shrink;  // the shrink's plan (partials: unused, see nsplit)
+  ExpandPlan expand;  // the expand's plan (partials: unused)
+  ExpandPrefillKernel expand_kind = ExpandPrefillKernel::automatic;  // small_tiles: the expand's kind
+  int nsplit = 0;     // partials: the GEMV's splits of K
+};
+
+}  // namespace punica::kernels

@@ -67,4 +67,17 @@ void launch_add_lora_logits(const AddLoraLogitsArgs& a, cudaStream_t stream) {
   });
 }
 
+std::string describe_add_lora_logits_plan(const AddLoraLogitsArgs& a) {
+  if (a.num_rows <= 0 || a.vocab_size <= 0 || a.max_rank <= 0 || a.max_loras <= 0) return "none";
+  const int sms = current_sm_count();
+  std::string s = "row_dot/opb" + std::to_string(pick_row_dot_opb(a.num_rows, a.max_rank, sms));
+  if (detail::expand_pipe_ok(detail::one_slice_expand(DType::f32, a.dtype, a.num_rows, a.workspace, a.lora_b,
+                                                      a.vocab_size, a.max_loras, a.max_rank, a.lora_ranks, a.meta,
+                                                      a.y, a.y_row_stride, true),
+                             nullptr))
+    return s + (a.max_rank <= 16 ? "+pipe/bm64/bk16" : "+pipe/bm64/bk64");
+  const SortedExpandConfig c = pick_sorted_expand_config(a.num_rows, a.vocab_size, sms);
+  return s + "+sorted_expand/tm" + std::to_string(c.tm) + "/th" + std::to_string(c.threads);
+}
+
 }  // namespace punica::kernels

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <cuda_runtime_api.h>
 #include "kernels/common/dtype.h"
 #include "kernels/common/lora_types.h"
@@ -31,5 +32,9 @@ struct AddLoraLogitsArgs {
 
 std::size_t add_lora_logits_workspace_bytes(int64_t max_rows, int max_rank);
 void launch_add_lora_logits(const AddLoraLogitsArgs& args, cudaStream_t stream);
+// The kernels launch_add_lora_logits(a) runs: the row-dot shrink "row_dot/opb<outputs per block>",
+// then "+pipe/bm64/bk16|bk64" (lora_expand's pipelined kernel) or "+sorted_expand/tm<rows>/th<columns>";
+// the tiles from the current device's SM count (132 without a GPU). Host only.
+std::string describe_add_lora_logits_plan(const AddLoraLogitsArgs& a);
 
 }  // namespace punica::kernels

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/add_lora_logits/add_lora_logits.h"
-#include "kernels/lora_meta/lora_test_util.h"
+#include "kernels/common/test_util.h"
 
 namespace punica::kernels::testing {
 namespace {
@@ -60,8 +60,8 @@ void run_case(const LogitsCase& c, uint64_t seed) {
   a.y_row_stride = ys;
   punica::ref::add_lora_logits(a);
 
-  GuardedBuffer dx = to_device(x), dA = to_device(A), dB = to_device(B), dy = to_device(y0),
-                dranks = to_device(ranks);
+  GuardedBuffer dx = to_guarded(x), dA = to_guarded(A), dB = to_guarded(B), dy = to_guarded(y0),
+                dranks = to_guarded(ranks);
   const std::size_t wsb = add_lora_logits_workspace_bytes(Rw, K);
   GuardedBuffer ws(wsb);
   device_fill_pattern(ws.data(), wsb / 4, 4, 0x7fc00000u, nullptr);  // NaN: unwritten reads show

@@ -45,4 +45,9 @@ void launch_apply_lora_full_linear(const ApplyLoraFullLinearArgs& a, cudaStream_
   });
 }
 
+std::string describe_apply_lora_full_linear_plan(const ApplyLoraFullLinearArgs& a) {
+  if (a.num_rows <= 0 || a.out_features <= 0 || a.max_loras <= 0) return "none";
+  return "row_dot/opb" + std::to_string(pick_row_dot_opb(a.num_rows, int(a.out_features), current_sm_count()));
+}
+
 }  // namespace punica::kernels

@@ -3,6 +3,7 @@
 // y's dtype); all other rows keep the base output (vLLM _select_full_linear_output).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <cuda_runtime_api.h>
 #include "kernels/common/dtype.h"
 #include "kernels/common/lora_types.h"
@@ -26,5 +27,8 @@ struct ApplyLoraFullLinearArgs {
 };
 
 void launch_apply_lora_full_linear(const ApplyLoraFullLinearArgs& args, cudaStream_t stream);
+// The kernel launch_apply_lora_full_linear(a) runs: "row_dot/opb<outputs per block>" (from the
+// current device's SM count, 132 without a GPU), or "none". Host only.
+std::string describe_apply_lora_full_linear_plan(const ApplyLoraFullLinearArgs& a);
 
 }  // namespace punica::kernels

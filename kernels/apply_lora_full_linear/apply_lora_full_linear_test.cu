@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/apply_lora_full_linear/apply_lora_full_linear.h"
-#include "kernels/lora_meta/lora_test_util.h"
+#include "kernels/common/test_util.h"
 
 namespace punica::kernels::testing {
 namespace {
@@ -48,8 +48,8 @@ void run_case(const FullCase& c, uint64_t seed) {
   a.y_row_stride = ys;
   punica::ref::apply_lora_full_linear(a);
 
-  GuardedBuffer dx = to_device(x), dW = to_device(W), db = to_device(b), dy = to_device(y0),
-                den = to_device(c.enabled);
+  GuardedBuffer dx = to_guarded(x), dW = to_guarded(W), db = to_guarded(b), dy = to_guarded(y0),
+                den = to_guarded(c.enabled);
   DeviceMeta dm = upload_meta(hm);
   a.x = dx.data();
   a.weight = dW.data();

@@ -74,7 +74,7 @@ TEST(ShrinkHeuristics, FusedSplitTargetsTheBlocksThatFit) {
   EXPECT_EQ(shrink_heur::fused_config(512, 4096, 1, 64, 132).ksplit, 16);
   // Split-K off on request: every y element written by the kernel.
   EXPECT_EQ(shrink_heur::fused_config(2048, 4096, 1, 64, 132, false).ksplit, 1);
-  // Experimental 128-token tiles (ShrinkKernel::fused128): qkv r=16 = 3 groups -> 2 per warp,
+  // 128-token tiles (ShrinkKernel::fused128_sk): qkv r=16 = 3 groups -> 2 per warp,
   // 96 KB of stages (2 blocks per SM); more than 6 groups falls back to 64-token tiles.
   const auto q128 = shrink_heur::fused_config(8192, 4096, 3, 16, 132, true, 128);
   EXPECT_EQ(q128.bm, 128);
@@ -443,7 +443,7 @@ LoraExpandArgs expand_args(int64_t T, int max_rank, int64_t offset, DType in = D
 }
 
 TEST(ExpandHeuristics, PrefillKernelChoice) {
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 64, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 128, 0), K::automatic), K::mma_stream);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include "kernels/common/dtype.h"
+#include "kernels/lora_expand/lora_expand.h"
 
 namespace punica::kernels::expand_heur {
 
@@ -319,3 +320,123 @@ inline bool decode_use_gemv(int64_t T, int max_loras) {
 }
 
 }  // namespace punica::kernels::expand_heur
+
+namespace punica::kernels {
+
+// ---------------------------------------------------------------- the plan
+// One call's kernel and its configuration (expand_heur::plan; lora_expand_plan fills the inputs
+// from the Args and the current device). The launcher runs exactly this plan; only the pipelined
+// kernels' column tiles per block (pipe_ntb, up to max_ntb) are fitted at launch to the resident
+// blocks the occupancy API reports.
+// Kinds (ExpandPrefillKernel, `--kernel expand=`): all three are taken by the automatic choice
+// (staged for layouts the others cannot read), so all are kept.
+enum class ExpandPath {
+  none,       // nothing to do (T = 0, no slots, no columns)
+  decode,     // expand_decode.cu, one block per token (its own grid choice)
+  gemv,       // the wide-N GEMV (lora_expand.cu)
+  staged,     // the staged mma kernel (any layout)
+  stream,     // the streaming mma kernel (any rank), bm-token tiles
+  pipe,       // the pipelined mma kernel, bm x bn tiles over rank chunks of bk
+  pipe_dual   // the pipelined kernel with each block's tiles by its adapter's true rank (fp32 x)
+};
+struct ExpandPlan {
+  ExpandPath path = ExpandPath::none;
+  ExpandPrefillKernel kind = ExpandPrefillKernel::automatic;  // the prefill kernel (automatic: none)
+  int bm = 64, bn = 128, bk = 16;  // stream / pipe tile (pipe_dual: 64 x 64)
+  int max_ntb = 1;                 // pipe: column tiles per block at most
+  int one_wave_max = 0;            // pipe: longer blocks where they make one wave (0: off)
+  bool round_spill = false;        // pipe: pipe_ntb's round_spill
+};
+// What the choice reads of one call (lora_expand_plan fills it from LoraExpandArgs).
+struct ExpandShape {
+  DType in_dtype = DType::f32, dtype = DType::bf16;
+  int64_t T = 0;
+  int S = 1, R = 0, L = 0;
+  int planned = 0;          // planned_loras(L, num_active_loras)
+  bool hinted = false;      // num_active_loras > 0
+  bool has_columns = true;  // some slice has width > 0
+  bool b_vec = false;       // expand_b_vec_ok: 16-byte B rows
+  bool fast = false;        // the streaming / pipelined kernels' layout preconditions (fast_ok)
+  int64_t col_tiles128 = 0; // 128-column tiles over all slices
+};
+
+namespace expand_heur {
+// The prefill kernel (automatic = none: the decode kernel or the GEMV); few: the pipelined kernel
+// with 16-row tiles where the automatic choice would take the streaming kernel (pipe_few_tokens).
+// pdl: add_lora_linear's expand behind its shrink.
+struct PrefillChoice {
+  ExpandPrefillKernel kind;
+  bool few = false;
+};
+inline PrefillChoice choose_prefill(const ExpandShape& s, ExpandPrefillKernel which, bool pdl) {
+  using K = ExpandPrefillKernel;
+  const int lh = s.planned;
+  if (s.dtype == DType::f32 || !mma_shape_ok(s.dtype, s.R, s.b_vec)) return {K::automatic};
+  const bool mma = which != K::automatic || small_batch_mma(s.T, lh, s.R) || s.T > kDecodeMaxTokens;
+  if (!mma) return {K::automatic};
+  if (which == K::mma_staged || !s.fast) return {K::mma_staged};
+  // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
+  // overlap the shrink's tail (prefer_stream_after_shrink).
+  const bool stream = which == K::automatic && (pdl ? prefer_stream_after_shrink(s.T, s.R, lh)
+                                                    : prefer_stream(s.T, s.R) && !one_adapter_pipe(s.T, s.R, s.L));
+  if (stream && s.in_dtype == DType::f32 && pipe_few_tokens(s.T, s.R, lh)) return {K::mma_pipe, true};
+  const bool pipe_ok = which != K::mma_stream && !stream;
+  return {pipe_ok && s.R <= 64 ? K::mma_pipe : K::mma_stream};
+}
+
+inline ExpandPlan plan(const ExpandShape& s, ExpandPrefillKernel which, bool pdl, int num_sms) {
+  using K = ExpandPrefillKernel;
+  ExpandPlan p;
+  if (s.T == 0 || s.L == 0 || !s.has_columns) return p;
+  const int lh = s.planned;
+  auto pipe = [&](int bm, int bn, int bk, int max_ntb, int one_wave_max = 0, bool round_spill = false) {
+    p.path = ExpandPath::pipe;
+    p.bm = bm, p.bn = bn, p.bk = bk, p.max_ntb = max_ntb, p.one_wave_max = one_wave_max, p.round_spill = round_spill;
+    return p;
+  };
+  auto stream = [&](int bm) {
+    p.path = ExpandPath::stream;
+    p.bm = bm, p.bn = 128, p.bk = 32;
+    return p;
+  };
+  if (s.dtype != DType::f32) {
+    const PrefillChoice choice = choose_prefill(s, which, pdl);
+    const K kind = choice.kind;
+    p.kind = kind;
+    if (s.in_dtype == DType::f32) {  // small batches: 32 / 16 token rows per block
+      if (choice.few) return pipe(16, 128, 64, kPipeFewTiles);
+      if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && s.R <= 16))) {
+        const int bm = kind == K::mma_pipe && pipe16_few(s.T, lh) ? 16 : small_bm(s.T, lh, s.col_tiles128, num_sms);
+        if (kind == K::mma_pipe) {
+          // kPipe16FewOneWave: up to 4 tiles where the rounding spills past one wave, only where the
+          // caller counted the active adapters (num_active_loras)
+          if (bm == 16) return pipe(16, 128, 16, pipe_tiles16(s.S), kPipe16FewOneWave, s.hinted);
+          if (bm == 32) return pipe(32, 128, 16, pipe_tiles16(s.S));
+        } else {
+          if (bm == 16) return stream(16);
+          if (bm == 32) return stream(32);
+        }
+      }
+    }
+    switch (kind) {
+      case K::mma_pipe:
+        if (s.R <= 16) return pipe(64, 128, 16, pipe_tiles16(s.S));
+        // From 4096 tokens (fp32 x): each block's tiles by its adapter's true rank (pipe_dual).
+        if (s.in_dtype == DType::f32 && pipe_dual(s.T)) {
+          pipe(64, 64, 64, kPipeTiles64);
+          p.path = ExpandPath::pipe_dual;
+          return p;
+        }
+        return pipe(64, 64, 64, kPipeTiles64, kPipeTiles64OneWave);
+      case K::mma_stream: return stream(64);
+      case K::mma_staged: p.path = ExpandPath::staged; return p;
+      case K::automatic: break;
+    }
+  }
+  p.kind = K::automatic;
+  p.path = s.R <= kDecMaxRank && !decode_use_gemv(s.T, lh) ? ExpandPath::decode : ExpandPath::gemv;
+  return p;
+}
+}  // namespace expand_heur
+
+}  // namespace punica::kernels

@@ -459,87 +459,68 @@ bool fast_ok(const LoraExpandArgs& a, const ExpandParams& p) {
   return a.dtype != DType::f32 && p.y16_ok && expand_b_vec_ok(a) && aligned16(a.x) && a.max_rank % 8 == 0;
 }
 
-// The prefill (mma) kernel a call runs, automatic = none (the decode kernel or the GEMV). One rule
-// for dispatch() and expand_prefill_kernel(). An explicit kernel runs at any T (tests and timing of
-// the decode-sized batches).
-// few: the pipelined kernel with 16-row tiles where the automatic choice would take the streaming
-// kernel (H::pipe_few_tokens; their instantiation has an fp32 x).
-struct PrefillChoice {
-  detail::ExpandPrefillKernel kind;
-  bool few = false;
-};
-PrefillChoice choose_prefill(const LoraExpandArgs& a, const ExpandParams& p, detail::ExpandPrefillKernel which,
-                             bool pdl) {
-  using K = detail::ExpandPrefillKernel;
-  const int lh = planned_loras(a.max_loras, a.num_active_loras);  // the adapters the rules plan for
-  if (a.dtype == DType::f32 || !H::mma_shape_ok(a.dtype, a.max_rank, expand_b_vec_ok(a))) return {K::automatic};
-  const bool mma = which != K::automatic || H::small_batch_mma(a.num_tokens, lh, a.max_rank) ||
-                   a.num_tokens > H::kDecodeMaxTokens;
-  if (!mma) return {K::automatic};
-  if (which == K::mma_staged || !fast_ok(a, p)) return {K::mma_staged};
-  // After add_lora_linear's shrink (pdl) the pipelined kernel mostly stays: its y and B loads
-  // overlap the shrink's tail (H::prefer_stream_after_shrink).
-  const bool stream = which == K::automatic && (pdl ? H::prefer_stream_after_shrink(a.num_tokens, a.max_rank, lh)
-                                                    : H::prefer_stream(a.num_tokens, a.max_rank) &&
-                                                          !H::one_adapter_pipe(a.num_tokens, a.max_rank, a.max_loras));
-  if (stream && a.in_dtype == DType::f32 && H::pipe_few_tokens(a.num_tokens, a.max_rank, lh))
-    return {K::mma_pipe, true};
-  const bool pipe_ok = which != K::mma_stream && !stream;
-  return {pipe_ok && a.max_rank <= 64 ? K::mma_pipe : K::mma_stream};
+// What the plan reads of a call (expand_heur::plan).
+ExpandShape expand_shape(const LoraExpandArgs& a) {
+  ExpandShape s;
+  s.in_dtype = a.in_dtype;
+  s.dtype = a.dtype;
+  s.T = a.num_tokens;
+  s.S = a.num_slices;
+  s.R = a.max_rank;
+  s.L = a.max_loras;
+  s.planned = planned_loras(a.max_loras, a.num_active_loras);
+  s.hinted = a.num_active_loras > 0;
+  if (a.num_slices < 1 || a.num_slices > kMaxSlices) {
+    s.has_columns = false;
+    return s;
+  }
+  int64_t maxN = 0;
+  const ExpandParams p = make_params(a, maxN);
+  s.has_columns = maxN > 0;
+  s.b_vec = expand_b_vec_ok(a);
+  s.fast = fast_ok(a, p);
+  s.col_tiles128 = column_tiles(p, 128);
+  return s;
 }
 
-// pdl: add_lora_linear's expand behind its shrink (launch_lora_expand_after_shrink); otherwise a
-// standalone lora_expand (ExpandLaunch).
+// Runs the plan (expand_heur::plan). pdl: add_lora_linear's expand behind its shrink
+// (launch_lora_expand_after_shrink); otherwise a standalone lora_expand (ExpandLaunch). The
+// instantiations stay those of the dtypes each kernel serves (fp32 x for the small-batch tiles).
 template <class T, class TI>
-void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-              detail::ExpandPrefillKernel which, bool pdl) {
-  using K = detail::ExpandPrefillKernel;
-  const int lh = planned_loras(a.max_loras, a.num_active_loras);  // the adapters the rules plan for
+void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st, const ExpandPlan& pl,
+              bool pdl) {
+  using P = ExpandPath;
   if constexpr (!std::is_same_v<T, float>) {
     const ExpandLaunch how = pdl ? ExpandLaunch::after_shrink : ExpandLaunch::standalone;
-    const PrefillChoice choice = choose_prefill(a, p, which, pdl);
-    const K kind = choice.kind;
     if constexpr (std::is_same_v<TI, float>) {  // small batches: 32 / 16 token rows per block
-      if (choice.few)
-        return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, H::kPipeFewTiles, st, nullptr, 0, how);
-      if (which == K::automatic && (kind == K::mma_stream || (kind == K::mma_pipe && a.max_rank <= 16))) {
-        const int bm = kind == K::mma_pipe && H::pipe16_few(a.num_tokens, lh)
-                           ? 16
-                           : H::small_bm(a.num_tokens, lh, column_tiles(p, 128), detail::num_sms_cached());
-        if (kind == K::mma_pipe) {
-          if (bm == 16)  // H::kPipe16FewOneWave: up to 4 tiles where the rounding spills past one wave,
-                         // only where the caller counted the active adapters (num_active_loras)
-            return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how,
-                                                               H::kPipe16FewOneWave, a.num_active_loras > 0);
-          if (bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
-        } else {
-          if (bm == 16) return launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st, how);
-          if (bm == 32) return launch_stream<T, TI, 32, 128, 32, 2, 4, 4>(p, maxN, st, how);
-        }
-      }
+      if (pl.path == P::pipe && pl.bm == 16 && pl.bk == 64)
+        return launch_pipe<T, TI, 16, 128, 64, 1, 8, 3, 3>(p, pl.max_ntb, st, nullptr, 0, how);
+      if (pl.path == P::pipe && pl.bm == 16)
+        return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, pl.max_ntb, st, nullptr, 0, how, pl.one_wave_max,
+                                                           pl.round_spill);
+      if (pl.path == P::pipe && pl.bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, pl.max_ntb, st, nullptr, 0, how);
+      if (pl.path == P::stream && pl.bm == 16) return launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st, how);
+      if (pl.path == P::stream && pl.bm == 32) return launch_stream<T, TI, 32, 128, 32, 2, 4, 4>(p, maxN, st, how);
+      if (pl.path == P::pipe_dual) return launch_pipe_dual<T, TI>(p, pl.max_ntb, st, how);
     }
-    switch (kind) {
-      case K::mma_pipe:
-        if (a.max_rank <= 16)
-          return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, H::pipe_tiles16(a.num_slices), st, nullptr, 0, how);
-        // From 4096 tokens (fp32 x): each block's tiles by its adapter's true rank (H::pipe_dual).
-        if constexpr (std::is_same_v<TI, float>)
-          if (H::pipe_dual(a.num_tokens)) return launch_pipe_dual<T, TI>(p, H::kPipeTiles64, st, how);
-        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, H::kPipeTiles64, st, nullptr, 0, how,
-                                                          H::kPipeTiles64OneWave);
-      case K::mma_stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
-      case K::mma_staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
-      case K::automatic: break;
+    switch (pl.path) {
+      case P::pipe:
+        if (pl.bk == 16) return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, pl.max_ntb, st, nullptr, 0, how);
+        return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, pl.max_ntb, st, nullptr, 0, how, pl.one_wave_max);
+      case P::stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
+      case P::staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
+      default: break;
     }
   }
-  if (a.max_rank <= H::kDecMaxRank && !H::decode_use_gemv(a.num_tokens, lh))
-    return detail::launch_expand_decode(a, st);
+  PUNICA_REQUIRE(pl.path == P::decode || pl.path == P::gemv, ErrorKind::runtime,
+                 "lora_expand: the plan names a kernel this dtype has not");
+  if (pl.path == P::decode) return detail::launch_expand_decode(a, st);
   launch_gemv<T, TI, false>(p, maxN, expand_b_vec_ok(a), false, st);
 }
 
 template <class T>
 void dispatch_in(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cudaStream_t st,
-                 detail::ExpandPrefillKernel which, bool pdl) {
+                 const ExpandPlan& which, bool pdl) {
   switch (a.in_dtype) {
     case DType::f32: dispatch<T, float>(a, p, maxN, st, which, pdl); break;
     case DType::f16: dispatch<T, __half>(a, p, maxN, st, which, pdl); break;
@@ -590,30 +571,29 @@ bool launch_expand_pipe(const LoraExpandArgs& a, const int32_t* x_ids, int64_t x
 namespace {
 void launch_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream, bool pdl) {
   validate(a);
-  if (a.num_tokens == 0 || a.max_loras == 0) return;
+  const ExpandPlan pl = plan_expand(a, which, pdl);
+  if (pl.path == ExpandPath::none) return;
   int64_t maxN = 0;
   const ExpandParams p = make_params(a, maxN);
-  if (maxN == 0) return;
   switch (a.dtype) {
-    case DType::f32: dispatch_in<float>(a, p, maxN, stream, which, pdl); break;
-    case DType::f16: dispatch_in<__half>(a, p, maxN, stream, which, pdl); break;
-    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream, which, pdl); break;
+    case DType::f32: dispatch_in<float>(a, p, maxN, stream, pl, pdl); break;
+    case DType::f16: dispatch_in<__half>(a, p, maxN, stream, pl, pdl); break;
+    case DType::bf16: dispatch_in<__nv_bfloat16>(a, p, maxN, stream, pl, pdl); break;
   }
 }
 }  // namespace
 
-void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
-  launch_with(a, which, stream, false);
-}
 
 void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t stream) {
   launch_with(a, ExpandPrefillKernel::automatic, stream, true);
 }
 
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which, bool after_shrink) {
-  int64_t maxN = 0;
-  const ExpandParams p = make_params(a, maxN);
-  return choose_prefill(a, p, which, after_shrink).kind;
+  return H::choose_prefill(expand_shape(a), which, after_shrink).kind;
+}
+
+ExpandPlan plan_expand(const LoraExpandArgs& a, ExpandPrefillKernel which, bool after_shrink) {
+  return H::plan(expand_shape(a), which, after_shrink, num_sms_cached());
 }
 
 void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials, int nsplit,
@@ -635,8 +615,34 @@ void launch_expand_from_partials(const LoraExpandArgs& a, const float* partials,
 
 }  // namespace detail
 
+ExpandPlan lora_expand_plan(const LoraExpandArgs& a, ExpandPrefillKernel which) {
+  return detail::plan_expand(a, which, false);
+}
+
+std::string plan_name(const ExpandPlan& p) {
+  const auto n = [](int v) { return std::to_string(v); };
+  switch (p.path) {
+    case ExpandPath::none: return "none";
+    case ExpandPath::decode: return "decode";
+    case ExpandPath::gemv: return "gemv";
+    case ExpandPath::staged: return "staged";
+    case ExpandPath::stream: return "stream/bm" + n(p.bm);
+    case ExpandPath::pipe: return "pipe/bm" + n(p.bm) + "/bn" + n(p.bn) + "/bk" + n(p.bk);
+    case ExpandPath::pipe_dual: return "pipe_dual/bm64";
+  }
+  return "?";
+}
+
+std::string describe_lora_expand_plan(const LoraExpandArgs& a, ExpandPrefillKernel which) {
+  return plan_name(lora_expand_plan(a, which));
+}
+
+void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream) {
+  detail::launch_with(a, which, stream, false);
+}
+
 void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t stream) {
-  detail::launch_lora_expand_with(a, detail::ExpandPrefillKernel::automatic, stream);
+  launch_lora_expand_with(a, ExpandPrefillKernel::automatic, stream);
 }
 
 }  // namespace punica::kernels

@@ -4,6 +4,7 @@
 // never touched. Only the first lora_ranks[l] columns of B_s[l] / entries of x are read.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <cuda_runtime_api.h>
 #include "kernels/common/dtype.h"
 #include "kernels/common/lora_types.h"
@@ -34,5 +35,38 @@ struct LoraExpandArgs {
 // metadata and lora_ranks (and lora_b) must not be written by that kernel (kernels/README.md, "Programmatic
 // dependent launch"); x and y may be.
 void launch_lora_expand(const LoraExpandArgs& args, cudaStream_t stream);
+
+// A fixed prefill (mma) kernel instead of the automatic choice (tests, and `punica-bench --kernel
+// expand=KIND`). automatic = launch_lora_expand. mma_pipe: the pipelined kernel (max_rank <= 64);
+// mma_stream: the streaming kernel (any rank); mma_staged: the staged kernel (every layout). Where a
+// kernel's preconditions fail the next more general one runs. An explicit kernel runs at any T (the
+// automatic choice takes the decode kernels for small batches) in its general configuration (the
+// automatic choice also picks small-batch tile heights).
+enum class ExpandPrefillKernel { automatic, mma_staged, mma_stream, mma_pipe };
+// Every kind, automatic first (the order `--kernel` lists them in).
+inline constexpr ExpandPrefillKernel kExpandKernels[] = {ExpandPrefillKernel::automatic, ExpandPrefillKernel::mma_staged,
+                                                         ExpandPrefillKernel::mma_stream, ExpandPrefillKernel::mma_pipe};
+// The kind's name as `--kernel expand=NAME` takes it: auto, staged, stream, pipe.
+inline const char* kind_name(ExpandPrefillKernel k) {
+  switch (k) {
+    case ExpandPrefillKernel::automatic: return "auto";
+    case ExpandPrefillKernel::mma_staged: return "staged";
+    case ExpandPrefillKernel::mma_stream: return "stream";
+    case ExpandPrefillKernel::mma_pipe: return "pipe";
+  }
+  return "?";
+}
+void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream);
+
+// The plan launch_lora_expand_with(a, which) runs (kernels/lora_expand/heuristics.h: the kernel and
+// its tile), from a's sizes, dtypes and pointer alignment and the current device's SM count (cached
+// per device; 132 without a GPU). No device memory is read.
+struct ExpandPlan;
+ExpandPlan lora_expand_plan(const LoraExpandArgs& a, ExpandPrefillKernel which = ExpandPrefillKernel::automatic);
+// A short stable name of a plan, e.g. "pipe/bm64/bn64/bk64", "stream/bm16", "decode".
+std::string plan_name(const ExpandPlan& p);
+// plan_name(lora_expand_plan(a, which)).
+std::string describe_lora_expand_plan(const LoraExpandArgs& a,
+                                      ExpandPrefillKernel which = ExpandPrefillKernel::automatic);
 
 }  // namespace punica::kernels

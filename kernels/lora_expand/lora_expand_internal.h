@@ -1,20 +1,14 @@
 // Internal entry points of lora_expand: the one used by add_lora_linear's fused decode path (the
 // wide-N GEMV whose input is the sum of shrink's split-K partials ([nsplit, S, T, max_rank] fp32),
 // read after a programmatic-dependent-launch wait so that its start overlaps the shrink kernel),
-// and a launch with an explicit prefill kernel choice (tests, timing).
+// and the prefill kernel a call runs (tests).
 #pragma once
 #include <cuda_runtime_api.h>
+#include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand.h"
 
 namespace punica::kernels::detail {
 
-// Prefill (mma) kernel selection for tests and timing: automatic = what heuristics.h picks.
-// mma_pipe: the pipelined kernel (max_rank <= 64); mma_stream: the streaming kernel (any rank);
-// mma_staged: the staged kernel (every layout). Where a kernel's preconditions fail the next more
-// general one runs; expand_prefill_kernel says which one a call would run. An explicit kernel runs
-// at any T (the automatic choice takes the decode kernels for small batches).
-enum class ExpandPrefillKernel { automatic, mma_staged, mma_stream, mma_pipe };
-void launch_lora_expand_with(const LoraExpandArgs& a, ExpandPrefillKernel which, cudaStream_t stream);
 // The automatic expand right after a lora_shrink in the same stream (add_lora_linear prefill): the
 // pipelined kernel is launched as a programmatic dependent of the shrink (its y and B loads overlap
 // the shrink's tail; it waits for the shrink before reading x). Every kernel before the shrink must
@@ -25,6 +19,8 @@ void launch_lora_expand_after_shrink(const LoraExpandArgs& a, cudaStream_t strea
 // after_shrink: the one launch_lora_expand_after_shrink(a) runs.
 ExpandPrefillKernel expand_prefill_kernel(const LoraExpandArgs& a, ExpandPrefillKernel which,
                                           bool after_shrink = false);
+// The plan launch_lora_expand_with(a, which) (after_shrink: launch_lora_expand_after_shrink(a)) runs.
+ExpandPlan plan_expand(const LoraExpandArgs& a, ExpandPrefillKernel which, bool after_shrink);
 
 // The pipelined prefill kernel alone (add_lora_embedding, add_lora_logits): runs only where its
 // preconditions hold (one slice, 16-bit B / y, max_rank <= 64 and % 8, prefill-sized T, 16-byte

@@ -8,7 +8,7 @@
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
-#include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/common/test_util.h"
 #include "reference/lora_reference.h"
 
 namespace punica::kernels {
@@ -27,8 +27,8 @@ struct ExpandCase {
   bool all_none = false;
   uint64_t seed = 3;
   int64_t ldy_pad = 24;  // y row stride = offset + sum N + ldy_pad
-  detail::ExpandPrefillKernel kernel = detail::ExpandPrefillKernel::automatic;
-  detail::ExpandPrefillKernel expect = detail::ExpandPrefillKernel::automatic;  // kernel it must reach
+  ExpandPrefillKernel kernel = ExpandPrefillKernel::automatic;
+  ExpandPrefillKernel expect = ExpandPrefillKernel::automatic;  // kernel it must reach
   bool decode_kernel = false;  // call the decode kernel directly (whatever the automatic choice)
   int expect_wide = -1;        // 0 / 1: expand_heur::decode_wide must say so for the case
   bool late = false;           // x and y written by the kernel directly before the op (testutil::late_copy)
@@ -90,7 +90,7 @@ void run_case(const ExpandCase& c) {
   a.y_row_stride = ldy;
   a.offset_start = c.offset;
   a.add_inputs = c.add;
-  if (c.expect != detail::ExpandPrefillKernel::automatic)
+  if (c.expect != ExpandPrefillKernel::automatic)
     EXPECT_EQ(int(detail::expand_prefill_kernel(a, c.kernel)), int(c.expect)) << "the case does not run the kernel it tests";
   if (c.expect_wide >= 0)
     EXPECT_EQ(expand_heur::decode_wide(c.T, a.slice_width, S, R), c.expect_wide == 1) << "the case does not take the block width it tests";
@@ -98,7 +98,7 @@ void run_case(const ExpandCase& c) {
   const cudaStream_t st = c.late ? ts.s : nullptr;
   if (c.late) late_copy({dx_real.get(), dx.get(), x.bytes.size()}, {dy_real.get(), gy.ptr(), y0.bytes.size()}, st);
   if (c.decode_kernel) detail::launch_expand_decode(a, st);
-  else detail::launch_lora_expand_with(a, c.kernel, st);
+  else launch_lora_expand_with(a, c.kernel, st);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -125,7 +125,7 @@ void run_case(const ExpandCase& c) {
     }
   EXPECT_EQ(untouched_wrong, 0u) << "-1 rows / columns outside the slices changed";
   std::string rep;
-  EXPECT_EQ(compare(got, ref, rtol_for(c.dtype), check, rep), 0u) << rep;
+  EXPECT_EQ(compare(got, ref, rtol_for(c.dtype), check, rep, &y0), 0u) << rep;
 }
 
 TEST(LoraExpand, Bf16Decode) {
@@ -217,7 +217,7 @@ TEST(LoraExpand, AllTokensNone) {
 // Small batches through the mma kernels with an fp32 x: 32- and 16-row token tiles
 // (expand_heur::small_bm), pipelined (rank <= 16) and streaming (rank > 16), NaN padding.
 TEST(LoraExpand, SmallTokenTiles) {
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   auto run = [](ExpandCase c, K expect) {
     c.nan_pad = true;
     c.expect = expect;
@@ -250,17 +250,17 @@ TEST(LoraExpand, PipeFewTokens) {
   for (int T : {64, 255}) {
     ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1000}, r32, true, 0};
     c.nan_pad = true;
-    c.expect = detail::ExpandPrefillKernel::mma_pipe;
+    c.expect = ExpandPrefillKernel::mma_pipe;
     run_case(c);
   }
   // up to 16 tokens per adapter (the rule's bound): adapters with more than one 16-row tile
   ExpandCase e{DType::bf16, DType::f32, 500, {2048, 512, 504}, r32, true, 0};
   e.nan_pad = true;
-  e.expect = detail::ExpandPrefillKernel::mma_pipe;
+  e.expect = ExpandPrefillKernel::mma_pipe;
   run_case(e);
   ExpandCase d{DType::f16, DType::f32, 100, {1000}, {24, 40, 8, 0, 40, 16, 24, 40, 8, 40, 16, 24, 40}, false, 0};
   d.nan_pad = true;
-  d.expect = detail::ExpandPrefillKernel::mma_pipe;
+  d.expect = ExpandPrefillKernel::mma_pipe;
   run_case(d);
 }
 // One adapter at 16-48 tokens above rank 16 through the automatic choice: the pipelined 64 x 64
@@ -269,7 +269,7 @@ TEST(LoraExpand, PipeFewTokens) {
 // and the rule's edges, which keep the streaming kernel: T = 49, two adapters, and one adapter
 // loaded in 32 slots with the caller's count (num_active_loras = 1; the other slots' B all NaN).
 TEST(LoraExpand, OneAdapterPipe) {
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   struct P { DType dt; int T; std::vector<int64_t> w; int r; bool add; };
   for (const P& q : {P{DType::bf16, 16, {4096, 1024, 1000}, 64, true}, P{DType::f16, 33, {2056}, 40, false},
                      P{DType::bf16, 48, {1000, 520}, 24, true}}) {
@@ -293,7 +293,7 @@ TEST(LoraExpand, OneAdapterPipe) {
   run_case(two);
 }
 TEST(LoraExpand, PrefillKernels) {
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   for (K k : {K::mma_staged, K::mma_stream, K::mma_pipe}) {
     // 16-byte rows and slice columns: every kernel applies (pipe only up to rank 64).
     ExpandCase a{DType::bf16, DType::f32, 1000, {1024, 256, 251}, {64, 5, 0, 40, 64}, true, 8};
@@ -328,7 +328,7 @@ TEST(LoraExpand, PrefillKernels) {
 // The prefill kernels chosen explicitly at decode-sized T (1 to 128 tokens, fewer tokens than one
 // tile, adapters with one token each): what the automatic choice may route there.
 TEST(LoraExpand, PrefillKernelsSmallBatch) {
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   for (K k : {K::mma_staged, K::mma_stream, K::mma_pipe})
     for (int T : {1, 7, 64, 128}) {
       ExpandCase c{DType::bf16, DType::f32, T, {4096, 1024, 1024}, {64, 5, 0, 40, 64}, true, 0};
@@ -349,11 +349,11 @@ TEST(LoraExpand, PrefillKernelsSmallBatch) {
 TEST(LoraExpand, LargePrefillThreeSlices) {
   ExpandCase c{DType::bf16, DType::f32, 8190, {4096, 1024, 1024}, {16, 16, 16, 16, 8, 16, 16, 16}, true, 0};
   c.ldy_pad = 0;
-  c.expect = detail::ExpandPrefillKernel::mma_pipe;
+  c.expect = ExpandPrefillKernel::mma_pipe;
   run_case(c);
   ExpandCase d{DType::bf16, DType::f32, 4099, {4096, 1024, 1024}, std::vector<int>(32, 64), true, 0};
   d.nan_pad = true;
-  d.expect = detail::ExpandPrefillKernel::mma_pipe;
+  d.expect = ExpandPrefillKernel::mma_pipe;
   run_case(d);
 }
 
@@ -368,7 +368,7 @@ TEST(LoraExpand, DualTilesMixedRanks) {
       ExpandCase c{dt, DType::f32, 4099, {4096, 960, 72}, {64, 8, 16, 0, 40, 16, 1, 64, 12}, add, 8};
       c.nan_pad = true;
       c.ldy_pad = 16;
-      c.expect = detail::ExpandPrefillKernel::mma_pipe;
+      c.expect = ExpandPrefillKernel::mma_pipe;
       ASSERT_TRUE(expand_heur::pipe_dual(c.T)) << "the case does not reach the dual kernel";
       run_case(c);
     }
@@ -388,7 +388,7 @@ TEST(LoraExpand, OneWaveTiles) {
     for (bool add : {true, false}) {
       ExpandCase c{dt, DType::f32, 2047, {8200}, {64, 40, 0, 64}, add, 0};
       c.nan_pad = true;
-      c.expect = detail::ExpandPrefillKernel::mma_pipe;
+      c.expect = ExpandPrefillKernel::mma_pipe;
       ASSERT_FALSE(expand_heur::pipe_dual(c.T)) << "the case must run the plain 64 x 64 kernel";
       run_case(c);
     }
@@ -413,7 +413,7 @@ TEST(LoraExpand, Pipe16RoundSpill) {
         ExpandCase c{dt, DType::f32, 255, {4096, 1024, 1000}, r32, add, 0};
         c.nan_pad = true;
         c.hint = hint;
-        c.expect = detail::ExpandPrefillKernel::mma_pipe;
+        c.expect = ExpandPrefillKernel::mma_pipe;
         ASSERT_TRUE(expand_heur::pipe16_few(c.T, 32)) << "the case must take the 16-row tiles";
         run_case(c);
       }
@@ -440,13 +440,13 @@ void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct)
   const int64_t with_lora = b.with_lora;
   const double floor_us = (double(b.hm.num_active) * total * R * 2 + double(S) * T * R * 4 +
                            2.0 * double(with_lora) * total * 2) / 4.2e12 * 1e6;
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   const std::pair<K, const char*> ks[] = {{K::automatic, "auto"}, {K::mma_pipe, "pipe"}, {K::mma_stream, "stream"}};
   char prefix[96];
   std::snprintf(prefix, sizeof prefix, "EXPANDPERF T=%-5d N=%-5lld S=%d r=%-2d L=%-2d none=%2d%%", T, (long long)total, S,
                 R, L, none_pct);
   for (const auto& k : ks)
-    perf_line(prefix, k.second, floor_us, [&](cudaStream_t st) { detail::launch_lora_expand_with(a, k.first, st); },
+    perf_line(prefix, k.second, floor_us, [&](cudaStream_t st) { launch_lora_expand_with(a, k.first, st); },
               flush);
 }
 
@@ -454,7 +454,7 @@ void perf_expand(int T, std::vector<int64_t> widths, int R, int L, int none_pct)
 // must wait for it before reading them (every path: decode kernels, small-batch streaming and
 // pipelined tiles, the prefill pipelined kernel, the staged kernel, 3 slices).
 TEST(LoraExpand, LateInputs) {
-  using K = detail::ExpandPrefillKernel;
+  using K = ExpandPrefillKernel;
   auto late = [](ExpandCase c, K kernel = K::automatic, K expect = K::automatic) {
     c.late = true;
     c.kernel = kernel;

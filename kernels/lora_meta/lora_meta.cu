@@ -262,4 +262,9 @@ void launch_lora_meta(const LoraMetaArgs& a, cudaStream_t stream) {
   }
 }
 
+std::string describe_lora_meta_plan(const LoraMetaArgs& a) {
+  if (a.num_tokens <= kChunk) return "single";
+  return "chunked/nb" + std::to_string(num_chunks(a.num_tokens)) + (a.sorted_token_ids ? "" : "/nosort");
+}
+
 }  // namespace punica::kernels

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <cuda_runtime_api.h>
 #include "kernels/common/lora_types.h"
 
@@ -34,5 +35,8 @@ struct LoraMetaArgs {
 std::size_t lora_meta_workspace_bytes(int64_t max_tokens, int max_loras);
 // Asynchronous on `stream`; no host synchronisation or allocation (graph capturable).
 void launch_lora_meta(const LoraMetaArgs& args, cudaStream_t stream);
+// The kernels launch_lora_meta(a) runs: "single" (one block sorts every token, T <= 2048) or
+// "chunked/nb<blocks>" (histogram, scan and scatter over blocks of 2048 tokens). Host only.
+std::string describe_lora_meta_plan(const LoraMetaArgs& a);
 
 }  // namespace punica::kernels

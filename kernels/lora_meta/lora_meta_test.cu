@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/lora_meta/lora_meta.h"
-#include "kernels/lora_meta/lora_test_util.h"
+#include "kernels/common/test_util.h"
 
 namespace punica::kernels::testing {
 namespace {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include "kernels/common/dtype.h"
+#include "kernels/lora_shrink/lora_shrink.h"
 
 namespace punica::kernels::shrink_heur {
 
@@ -256,7 +257,7 @@ inline void set_split_k(FusedConfig& c, int64_t tiles, int64_t ktiles, int64_t t
   c.ksplit = int((ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split);
 }
 
-// bm = 128 (experimental, ShrinkKernel::fused128): 4 x 2 warps, a pass covers 2 * ngw groups of 16
+// bm = 128 (ShrinkKernel::fused128_sk, automatic's auto_few_groups_sk; always stream-K): 4 x 2 warps, a pass covers 2 * ngw groups of 16
 // columns; only for adapters of at most 6 groups (more falls back to bm = 64).
 // stream_k: instead of a split-K grid, one block per resident slot (blocks per SM by shared memory,
 // at most 3, x SMs), each taking an equal contiguous range of the (tile with an adapter, k-tile)
@@ -464,7 +465,7 @@ inline ClusterConfig cluster_config(int64_t T, int64_t K, int S, int max_rank, i
 // T=256 and 1.4-2.6x slower at T=2048; qkv r=16 1.7x slower at T=2048; 32 adapters of rank 64 or
 // 3 slices 1.1-1.6x slower (each adapter's A re-read per 16/32-token tile); T=16-64 (the decode
 // kernel) 1.1-2x slower at rank 16; T=8192 1.1-3.5x slower.
-// add_lora_linear does not take it for these mid-sized batches (detail::ShrinkKernel::small_cluster
+// add_lora_linear does not take it for these mid-sized batches (ShrinkKernel::small_cluster
 // takes only auto_cluster_small below): its chain measured 0.90-1.16 of the atomic path's there
 // (T=256 one slice r=16, one adapter: 10.59 against 9.68 us back to back).
 constexpr int64_t kClMinTokens = 129;
@@ -512,3 +513,132 @@ inline bool auto_cluster(int64_t T, int S, int max_rank, int64_t max_loras) {
 }
 
 }  // namespace punica::kernels::shrink_heur
+
+namespace punica::kernels {
+
+// ---------------------------------------------------------------- the plan
+// One call's kernel family and its configuration (shrink_heur::plan; lora_shrink_plan fills the
+// inputs from the Args and the current device). launch_lora_shrink(_with) runs exactly this plan.
+//
+// Kinds (ShrinkKernel, `--kernel shrink=`), kept where the automatic choice takes the kernel they
+// force or a test / the kernel sweep needs them: legacy (the mma tiles and the atomic GEMV that
+// automatic takes for fp32 or unaligned inputs; the tests' and sweeps' baseline), fused /
+// fused_nosplit / fused_sk (the 64-token fused tile that automatic takes, with split-K forced on /
+// off / as stream-K: the tests cover each y-writing mode), fused128_sk (auto_few_groups_sk), fused_wk
+// (auto_wk, auto_wk_decode_band), fused_wg (auto_wg, auto_wg_band), cluster (auto_cluster),
+// no_cluster (the ranking baseline of the cluster rules) and small_cluster (add_lora_linear's shrink).
+// Deleted (issue 42): fused128, the 128-token tile with a split-K grid, which no rule took.
+enum class ShrinkPath {
+  none,     // nothing to write (T = 0 or max_rank = 0)
+  zero,     // y zeroed by a memset (no adapter slot or K = 0)
+  cluster,  // shrink_cluster.cu, the cluster split-K tile
+  decode,   // shrink_decode.cu, one block per token (or token tile)
+  fused,    // shrink_fused.cu, the fused tile (2 x 4, warp-k or wgmma) with split-K / stream-K
+  mma,      // shrink_legacy.cu, the per-slice mma tiles
+  gemv      // shrink_legacy.cu, the split-K GEMV
+};
+// How y is zeroed before the kernel: not (the kernel writes every element), by cudaMemsetAsync, or
+// by the zero kernel (its programmatic dependents start while it runs).
+enum class ShrinkZero { none, memset, kernel };
+struct ShrinkPlan {
+  ShrinkPath path = ShrinkPath::none;
+  ShrinkZero zero = ShrinkZero::none;
+  bool pdl = false;        // gemv: a programmatic dependent of the zero kernel
+  bool per_token = true;   // decode: one token per block (else tiles of kDecTokens)
+  bool atomic = false;     // gemv: fp32 atomics (else stores)
+  shrink_heur::ClusterConfig cluster;
+  shrink_heur::FusedConfig fused;
+  shrink_heur::MmaConfig mma;
+  shrink_heur::GemvConfig gemv;
+};
+// What the choice reads of one call (lora_shrink_plan fills it from LoraShrinkArgs).
+struct ShrinkShape {
+  DType dtype = DType::bf16, out_dtype = DType::f32;
+  int64_t T = 0, K = 0;
+  int S = 1, R = 0, L = 0;
+  int planned = 0;   // planned_loras(L, num_active_loras): the adapters the rules plan for
+  bool vec = false;  // x rows and A rows 16-byte aligned (shrink_vec_ok)
+};
+// What it reads of the device (lora_shrink_plan: num_sms_cached, wgmma_available, cluster_available).
+struct ShrinkDevice {
+  int num_sms = 132;
+  bool wgmma = false;
+  bool cluster = false;
+};
+
+namespace shrink_heur {
+// The rules in order; the first that takes the call decides (heuristics_test pins the order).
+inline ShrinkPlan plan(const ShrinkShape& s, ShrinkKernel kind, const ShrinkDevice& d) {
+  using K = ShrinkKernel;
+  ShrinkPlan p;
+  if (s.T == 0 || s.R == 0) return p;
+  if (s.L == 0 || s.K == 0) {
+    p.path = ShrinkPath::zero;
+    p.zero = ShrinkZero::memset;
+    return p;
+  }
+  const int lh = s.planned;
+  // 1. the cluster tile (auto_cluster; small_cluster: auto_cluster_small only)
+  const bool want_cluster = kind == K::cluster || (kind == K::automatic && auto_cluster(s.T, s.S, s.R, lh)) ||
+                            (kind == K::small_cluster && auto_cluster_small(s.T, s.S, s.R, lh));
+  const bool cluster_ok =
+      s.dtype != DType::f32 && s.out_dtype == DType::f32 && cluster_fits(s.S, s.R) && d.cluster && s.vec;
+  if (want_cluster && cluster_ok) {
+    p.path = ShrinkPath::cluster;
+    p.cluster = cluster_config(s.T, s.K, s.S, s.R, lh, d.num_sms);
+    return p;
+  }
+  // Not the cluster tile (for `cluster`: a shape the tile does not take): automatic's other kernels.
+  // small_cluster is add_lora_linear's shrink; every other kind that falls back to automatic's
+  // choice below is a standalone shrink (auto_wg_band).
+  const bool standalone = kind != K::small_cluster;
+  if (kind == K::no_cluster || kind == K::cluster || kind == K::small_cluster) kind = K::automatic;
+  const bool fused_ok = s.vec && s.dtype != DType::f32 && s.out_dtype == DType::f32;
+  // 2. the warp-k tile inside the decode band (auto_wk_decode_band), ahead of
+  // 3. the decode kernel (use_decode_kernel)
+  if (kind == K::automatic && fused_ok && auto_wk_decode_band(s.T, s.S, s.R, lh)) kind = K::fused_wk;
+  if (kind == K::automatic && use_decode_kernel(s.T, s.S, s.R, lh)) {
+    p.path = ShrinkPath::decode;
+    p.per_token = decode_per_token(s.T, s.L);
+    return p;
+  }
+  // 4. one slice at rank <= 32 from 2048 tokens: the 128-token stream-K tile (auto_few_groups_sk)
+  if (kind == K::automatic && auto_few_groups_sk(s.T, s.S, s.R)) kind = K::fused128_sk;
+  const bool bm128 = kind == K::fused128_sk;
+  const bool sk = kind == K::fused_sk || kind == K::fused128_sk;
+  const bool as_auto = kind == K::automatic || kind == K::fused_wk || kind == K::fused_wg;
+  // 5. the wgmma tile (auto_wg; standalone also auto_wg_band)
+  const bool wg = fused_ok && d.wgmma &&
+                  (kind == K::fused_wg ||
+                   (kind == K::automatic &&
+                    (auto_wg(s.T, s.S, s.R, lh) || (standalone && auto_wg_band(s.T, s.S, s.R, lh, s.K)))));
+  // 6. the fused tile (auto_fused), with 7. the warp-k tile (auto_wk) where the wgmma tile is not taken
+  const bool want_fused = kind == K::fused || kind == K::fused_nosplit || bm128 || sk || kind == K::fused_wk ||
+                          kind == K::fused_wg || wg || (kind == K::automatic && auto_fused(s.T, s.S, s.R, lh));
+  if (fused_ok && want_fused) {
+    const bool wk = kind == K::fused_wk || (kind == K::automatic && !wg && auto_wk(s.T, s.K, s.S, s.R, d.num_sms, lh));
+    p.path = ShrinkPath::fused;
+    p.fused = fused_config(s.T, s.K, s.S, s.R, d.num_sms, kind != K::fused_nosplit, bm128 ? 128 : kFusedBM, sk,
+                           as_auto, lh, wk, wg);
+    if (p.fused.ksplit > 1 || p.fused.stream_k) p.zero = ShrinkZero::kernel;
+    return p;
+  }
+  // 8. the legacy kernels: the mma tiles (use_mma) or the GEMV; y zeroed first, by the zero kernel
+  // with the atomic GEMV as its programmatic dependent, except for `legacy` (a memset)
+  const bool mma = use_mma(s.dtype, s.out_dtype, s.T);
+  const bool atomic_gemv = s.out_dtype == DType::f32 && !mma;
+  p.pdl = atomic_gemv && kind != K::legacy;
+  p.zero = p.pdl ? ShrinkZero::kernel : ShrinkZero::memset;
+  if (mma) {
+    p.path = ShrinkPath::mma;
+    p.mma = mma_config(s.T, s.K, s.S, s.R, d.num_sms);
+    return p;
+  }
+  p.path = ShrinkPath::gemv;
+  p.atomic = s.out_dtype == DType::f32;
+  p.gemv = gemv_config(s.K, s.R, !p.atomic);
+  return p;
+}
+}  // namespace shrink_heur
+
+}  // namespace punica::kernels

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <numeric>
 #include "kernels/lora_shrink/lora_device.cuh"
-#include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/common/test_util.h"
 #include "kernels/lora_shrink/wgmma.cuh"
 #include "reference/lora_reference.h"
 
@@ -29,7 +29,7 @@ struct ShrinkCase {
   bool all_none = false;
   float scale = 0.5f;
   uint64_t seed = 1;
-  detail::ShrinkKernel kernel = detail::ShrinkKernel::automatic;
+  ShrinkKernel kernel = ShrinkKernel::automatic;
   bool late = false;  // x written by the kernel directly before the op (testutil::late_copy)
   int hint = 0;       // num_active_loras (0 = not given)
 };
@@ -85,7 +85,7 @@ void run_case(const ShrinkCase& c) {
   TestStream ts;
   const cudaStream_t st = c.late ? ts.s : nullptr;
   if (c.late) late_copy({dx_real.get(), dx.get(), x.bytes.size()}, {nullptr, nullptr, 0}, st);
-  detail::launch_lora_shrink_with(a, c.kernel, st);
+  launch_lora_shrink_with(a, c.kernel, st);
   PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
   bool guards = false;
   HostTensor got = gy.download(guards);
@@ -190,9 +190,9 @@ TEST(LoraShrink, AllTokensNone) {
 
 // Every kernel choice on the prefill / decode shapes (fused with and without split-K, legacy).
 TEST(LoraShrink, KernelVariants) {
-  using K = detail::ShrinkKernel;
-  for (K k : {K::legacy, K::fused, K::fused_nosplit, K::fused128, K::fused_sk, K::fused128_sk, K::fused_wk, K::fused_wg,
-              K::cluster, K::no_cluster, K::small_cluster}) {
+  using K = ShrinkKernel;
+  for (K k : kShrinkKernels) {
+    if (k == K::automatic) continue;
     for (int T : {1, 7, 64, 300}) {  // 64: 12 tokens per adapter, 24 blocks (the small cluster rule)
       ShrinkCase c{DType::bf16, DType::f32, T, 4096, 3, {64, 33, 0, 1, 64}};
       c.kernel = k;
@@ -221,7 +221,7 @@ TEST(LoraShrink, KernelVariants) {
 // others may go to the cluster tile): ranks 64 / 33 / 1 (pieces past the true rank), an empty slot, NaN
 // padding, qkv r=16, K = 8192, and R = 6 (scalar atomics: R % 4 != 0).
 TEST(LoraShrink, FusedWideSplit) {
-  using K = detail::ShrinkKernel;
+  using K = ShrinkKernel;
   for (K k : {K::automatic, K::fused}) {
     for (auto c : {ShrinkCase{DType::bf16, DType::f32, 256, 4096, 1, {64, 33, 0, 1}},
                    ShrinkCase{DType::f16, DType::f32, 200, 8192, 1, {64}},
@@ -318,33 +318,32 @@ TEST(LoraShrink, LargePrefillMixed) {
   ShrinkCase c{DType::bf16, DType::f32, 8000, 4096, 3, ranks};
   c.nan_pad = true;
   run_case(c);
-  c.kernel = detail::ShrinkKernel::fused;  // same, forced
+  c.kernel = ShrinkKernel::fused;  // same, forced
   c.T = 7999;
   c.dtype = DType::f16;
   run_case(c);
-  // 128-token tiles: ranks up to 32 over 3 slices (6 groups), with and without split-K.
+  // 128-token tiles (stream-K, the automatic choice's only use of them): ranks up to 32 over 3
+  // slices (6 groups).
   std::vector<int> r32;
   for (int l = 0; l < 16; ++l) r32.push_back(l == 3 ? 0 : 1 + (l * 11) % 32);
   ShrinkCase c128{DType::bf16, DType::f32, 8000, 4096, 3, r32};
   c128.nan_pad = true;
-  c128.kernel = detail::ShrinkKernel::fused128;
-  run_case(c128);
-  c128.kernel = detail::ShrinkKernel::fused128_sk;  // stream-K
+  c128.kernel = ShrinkKernel::fused128_sk;
   run_case(c128);
   c128.T = 300;
   c128.dtype = DType::f16;
   run_case(c128);
-  c128.kernel = detail::ShrinkKernel::fused_sk;
+  c128.kernel = ShrinkKernel::fused_sk;
   run_case(c128);
   ShrinkCase q16{DType::bf16, DType::f32, 1000, 4096, 3, {16, 8, 0, 16}};  // 3 groups: 2 per warp
   q16.nan_pad = true;
-  q16.kernel = detail::ShrinkKernel::fused128;
+  q16.kernel = ShrinkKernel::fused128_sk;
   run_case(q16);
 }
 
 // A case through one explicit kernel kind, with NaN in the padding past the true ranks (unless no
 // token has an adapter).
-void run_forced(detail::ShrinkKernel k, ShrinkCase c) {
+void run_forced(ShrinkKernel k, ShrinkCase c) {
   c.kernel = k;
   c.nan_pad = !c.all_none;
   run_case(c);
@@ -352,7 +351,7 @@ void run_forced(detail::ShrinkKernel k, ShrinkCase c) {
 
 // Two cases every forced tile test runs: stream-K at T=8000 over 32 adapters of ranks up to 16 (one
 // without rank), and every token without an adapter.
-void run_forced_streamk_and_none(detail::ShrinkKernel k) {
+void run_forced_streamk_and_none(ShrinkKernel k) {
   std::vector<int> r16;
   for (int l = 0; l < 32; ++l) r16.push_back(l == 9 ? 0 : 1 + (l * 7) % 16);
   run_forced(k, {DType::bf16, DType::f32, 8000, 4096, 3, r16});
@@ -370,7 +369,7 @@ void run_forced_streamk_and_none(detail::ShrinkKernel k) {
 // without an adapter, every token without one, both 16-bit dtypes.
 TEST(LoraShrink, ClusterTile) {
   if (!detail::cluster_available()) GTEST_SKIP() << "needs a device with thread-block clusters (sm_90)";
-  using K = detail::ShrinkKernel;
+  using K = ShrinkKernel;
   auto cl = [](ShrinkCase c) { run_forced(K::cluster, c); };
   for (int T : {1, 7, 33, 300, 1000, 2500}) cl({DType::bf16, DType::f32, T, 4096, 3, {16, 8, 0, 13, 1}});
   cl({DType::f16, DType::f32, 300, 2056, 1, {64, 33, 0, 7}});
@@ -390,7 +389,7 @@ TEST(LoraShrink, ClusterTile) {
 }
 
 TEST(LoraShrink, WarpKTile) {
-  using K = detail::ShrinkKernel;
+  using K = ShrinkKernel;
   auto wk = [](ShrinkCase c) { run_forced(K::fused_wk, c); };
   wk({DType::bf16, DType::f32, 300, 4096, 3, {16, 8, 0, 13, 1}});
   wk({DType::f16, DType::f32, 300, 192, 3, {16, 8, 0, 13, 1}});
@@ -437,7 +436,7 @@ __global__ void wgmma_unit_kernel(const __nv_bfloat16* x, const __nv_bfloat16* a
 }
 
 TEST(LoraShrink, WgmmaUnit) {
-  if (!detail::wgmma_available()) GTEST_SKIP() << "needs an sm_90 device and sm_90a code";
+  if (!wgmma_available()) GTEST_SKIP() << "needs an sm_90 device and sm_90a code";
   HostTensor x = random_tensor(DType::bf16, 64 * 64, 7), a = random_tensor(DType::bf16, 48 * 64, 8);
   DeviceBuffer dx = to_device(x), da = to_device(a), dd(64 * 48 * 4);
   PUNICA_CUDA_CHECK(cudaMemset(dd.get(), 0xff, 64 * 48 * 4));  // NaN poison
@@ -461,7 +460,7 @@ TEST(LoraShrink, WgmmaUnit) {
 // stream-K (T=8000), no split (K=192), a K % 64 tail, R = 10 (columns past R in the last group),
 // mixed true ranks with NaN padding, every token without an adapter.
 TEST(LoraShrink, WgmmaTile) {
-  using K = detail::ShrinkKernel;
+  using K = ShrinkKernel;
   auto wg = [](ShrinkCase c) { run_forced(K::fused_wg, c); };
   wg({DType::bf16, DType::f32, 300, 4096, 3, {16, 8, 0, 13, 1}});   // N = 48
   wg({DType::f16, DType::f32, 300, 192, 3, {16, 8, 0, 13, 1}});
@@ -499,17 +498,14 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
   const int64_t with_lora = b.with_lora;  // x rows that must be read
   const double floor_us =
       (double(active) * S * R * H * 2 + double(with_lora) * H * 2 + double(S) * T * R * 4) / 4.2e12 * 1e6;
-  using K = detail::ShrinkKernel;
-  const std::pair<K, const char*> ks[] = {{K::legacy, "legacy"}, {K::automatic, "auto"}, {K::fused, "fused"},
-                                          {K::fused_nosplit, "fused_nosplit"}, {K::fused128, "fused128"},
-                                          {K::fused_sk, "fused_sk"}, {K::fused128_sk, "fused128_sk"},
-                                          {K::fused_wk, "fused_wk"}, {K::fused_wg, "fused_wg"},
-                                          {K::cluster, "cluster"}};  // cluster: auto where the tile cannot run
+  using K = ShrinkKernel;
+  const K ks[] = {K::legacy, K::automatic, K::fused, K::fused_nosplit, K::fused_sk, K::fused128_sk,
+                  K::fused_wk, K::fused_wg, K::cluster};  // cluster: auto where the tile cannot run
   char prefix[96];
   std::snprintf(prefix, sizeof prefix, "SHRINKPERF T=%-5d H=%lld r=%-3d L=%-2d S=%d none=%2d%%", T, (long long)H, R, L, S,
                 none_pct);
   for (const auto& k : ks)
-    perf_line(prefix, k.second, floor_us, [&](cudaStream_t st) { detail::launch_lora_shrink_with(a, k.first, st); },
+    perf_line(prefix, kind_name(k), floor_us, [&](cudaStream_t st) { launch_lora_shrink_with(a, k, st); },
               flush);
 }
 
@@ -518,7 +514,7 @@ void perf_shrink(int T, int64_t H, int R, int L, int S, int none_pct = 0) {
 // kernel, cluster tiles, the fused tiles with split-K / stream-K behind the zero kernel, warp-k,
 // wgmma, and the legacy memset path).
 TEST(LoraShrink, LateInputs) {
-  using K = detail::ShrinkKernel;
+  using K = ShrinkKernel;
   auto late = [](ShrinkCase c, K kernel = K::automatic) {
     c.late = true;
     c.kernel = kernel;

@@ -234,12 +234,18 @@ bool shrink_cluster_ok(const LoraShrinkArgs& a) {
 }
 
 void launch_shrink_cluster(const LoraShrinkArgs& a, cudaStream_t stream, bool late_trigger) {
+  launch_shrink_cluster(a,
+                        H::cluster_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank,
+                                          planned_loras(a.max_loras, a.num_active_loras), num_sms_cached()),
+                        stream, late_trigger);
+}
+
+void launch_shrink_cluster(const LoraShrinkArgs& a, const H::ClusterConfig& c, cudaStream_t stream,
+                           bool late_trigger) {
   PUNICA_REQUIRE(shrink_cluster_ok(a), ErrorKind::runtime, "lora_shrink: the cluster tile does not take this shape");
   if (a.num_tokens == 0 || a.max_rank == 0) return;
   ClusterParams p{};
   static_cast<ShrinkCore&>(p) = shrink_core(a);
-  const H::ClusterConfig c = H::cluster_config(a.num_tokens, a.hidden, a.num_slices, a.max_rank,
-                                                 planned_loras(a.max_loras, a.num_active_loras), num_sms_cached());
   p.nbs = (a.max_rank + 7) / 8;
   p.cpc = c.chunks_per_cta;
   p.late_trigger = late_trigger ? 1 : 0;

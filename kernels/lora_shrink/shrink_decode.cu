@@ -160,6 +160,10 @@ void launch_t(const DecodeParams& p, DType out, bool vec, bool per_token, cudaSt
 namespace detail {
 
 void launch_shrink_decode(const LoraShrinkArgs& a, cudaStream_t stream) {
+  launch_shrink_decode(a, H::decode_per_token(a.num_tokens, a.max_loras), stream);
+}
+
+void launch_shrink_decode(const LoraShrinkArgs& a, bool per_token, cudaStream_t stream) {
   PUNICA_REQUIRE(a.num_slices >= 1 && a.num_slices <= kMaxSlices, ErrorKind::usage,
                  "lora_shrink: num_slices must be in [1, 8]");
   PUNICA_REQUIRE(a.max_loras >= 0 && a.max_rank >= 0 && a.hidden >= 0, ErrorKind::usage, "lora_shrink: negative size");
@@ -167,7 +171,6 @@ void launch_shrink_decode(const LoraShrinkArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0 || a.max_rank == 0) return;
   const DecodeParams p = shrink_core(a);
   const bool vec = shrink_vec_ok(a, p);
-  const bool per_token = H::decode_per_token(a.num_tokens, a.max_loras);
   switch (a.dtype) {
     case DType::f32: launch_t<float>(p, a.out_dtype, vec, per_token, stream); break;
     case DType::f16: launch_t<__half>(p, a.out_dtype, vec, per_token, stream); break;

@@ -15,5 +15,8 @@ namespace punica::kernels::detail {
 // written by copies, or by a kernel with an ordinary launch between it and this one, are safe;
 // punica-bench synchronizes after computing the metadata (lora_meta).
 void launch_shrink_decode(const LoraShrinkArgs& a, cudaStream_t stream);
+// The same with the block shape given: per_token = one token per block (shrink_heur::decode_per_token
+// chooses for the overload above).
+void launch_shrink_decode(const LoraShrinkArgs& a, bool per_token, cudaStream_t stream);
 
 }  // namespace punica::kernels::detail

@@ -1,5 +1,6 @@
-// The fields every lora_shrink kernel reads (the prefill kernels of lora_shrink.cu and the decode
-// kernel of shrink_decode.cu), filled once from LoraShrinkArgs, and the 16-byte-load test they share.
+// The fields every lora_shrink kernel reads (the kernels of shrink_legacy.cu, shrink_fused.cu and
+// shrink_decode.cu / shrink_cluster.cu), filled once from LoraShrinkArgs, and the 16-byte-load test
+// they share.
 #pragma once
 #include <cstdint>
 #include "kernels/common/lora_types.h"
@@ -38,6 +39,13 @@ inline ShrinkCore shrink_core(const LoraShrinkArgs& a) {
   p.y = a.y;
   return p;
 }
+
+// The legacy and fused kernels' parameters: ShrinkCore plus their launch configuration.
+struct ShrinkParams : ShrinkCore {
+  int kc, nsplit, nrowblk;      // GEMV
+  int nrc, ktiles_per_split;    // mma, fused
+  int stream_k;                 // fused: 1 = stream-K ranges over a grid of resident blocks
+};
 
 // x rows and every slice's A rows can be read in 16-byte vectors.
 inline bool shrink_vec_ok(const LoraShrinkArgs& a, const ShrinkCore& p) {

@@ -16,7 +16,7 @@
 #include "kernels/common/hash_rng.h"
 #include "kernels/common/layer_util.h"
 #include "kernels/common/stream_hold.h"
-#include "kernels/lora_shrink/lora_shrink_internal.h"  // wgmma_available (device_info)
+#include "kernels/lora_shrink/lora_shrink.h"  // wgmma_available (device_info)
 
 #define PUNICA_CUBLAS_CHECK(expr)                                                              \
   do {                                                                                         \
@@ -151,7 +151,7 @@ class CudaBackend final : public Backend {
             {"cuda_driver", drv},
             // the shrink's wgmma tile can run (sm_90a code in this build, a 9.0 device): the automatic
             // kernel choice, and so the timings, depend on it
-            {"wgmma_shrink_tile", kernels::detail::wgmma_available()}};
+            {"wgmma_shrink_tile", kernels::wgmma_available()}};
   }
   std::size_t l2_bytes() const override { return std::size_t(prop_.l2CacheSize); }
   std::size_t free_memory_bytes() const override {

@@ -5,20 +5,22 @@
 namespace punica::bench {
 namespace {
 
-using SK = kernels::detail::ShrinkKernel;
-using EK = kernels::detail::ExpandPrefillKernel;
+using SK = kernels::ShrinkKernel;
+using EK = kernels::ExpandPrefillKernel;
 
+// The kinds the kernels define, with the names they give them ("auto" first).
+template <class E, std::size_t N>
+std::vector<std::pair<std::string, E>> table_of(const E (&kinds)[N], const char* (*name)(E)) {
+  std::vector<std::pair<std::string, E>> t;
+  for (E k : kinds) t.emplace_back(name(k), k);
+  return t;
+}
 const std::vector<std::pair<std::string, SK>>& shrink_table() {
-  static const std::vector<std::pair<std::string, SK>> t = {
-      {"auto", SK::automatic},         {"legacy", SK::legacy},           {"fused", SK::fused},
-      {"fused_nosplit", SK::fused_nosplit}, {"fused128", SK::fused128},   {"fused_sk", SK::fused_sk},
-      {"fused128_sk", SK::fused128_sk}, {"fused_wk", SK::fused_wk},       {"fused_wg", SK::fused_wg},
-      {"cluster", SK::cluster},         {"no_cluster", SK::no_cluster},   {"small_cluster", SK::small_cluster}};
+  static const std::vector<std::pair<std::string, SK>> t = table_of<SK>(kernels::kShrinkKernels, kernels::kind_name);
   return t;
 }
 const std::vector<std::pair<std::string, EK>>& expand_table() {
-  static const std::vector<std::pair<std::string, EK>> t = {
-      {"auto", EK::automatic}, {"staged", EK::mma_staged}, {"stream", EK::mma_stream}, {"pipe", EK::mma_pipe}};
+  static const std::vector<std::pair<std::string, EK>> t = table_of<EK>(kernels::kExpandKernels, kernels::kind_name);
   return t;
 }
 template <class E>

@@ -8,8 +8,8 @@
 namespace punica::bench {
 namespace {
 
-using SK = kernels::detail::ShrinkKernel;
-using EK = kernels::detail::ExpandPrefillKernel;
+using SK = kernels::ShrinkKernel;
+using EK = kernels::ExpandPrefillKernel;
 
 TEST(KernelChoice, DefaultIsAutomatic) {
   const KernelChoice c = parse_kernel_choice({});

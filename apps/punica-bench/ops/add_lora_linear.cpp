@@ -45,6 +45,10 @@ class LinearProblem final : public Problem {
     k_.host_meta(p);
     if (naive) ref::naive::add_lora_linear(args(p)); else ref::add_lora_linear(args(p));
   }
+  std::string plan(const KernelChoice& k) const override {
+    (void)k;
+    return kernels::describe_add_lora_linear_plan(args(nulls()));  // shapes only: no pointer is read
+  }
   Work work() const override {
     Work w;
     w.tokens = k_.T;

@@ -42,6 +42,10 @@ class LogitsProblem final : public Problem {
     k_.host_meta(p);
     if (naive) ref::naive::add_lora_logits(args(p)); else ref::add_lora_logits(args(p));
   }
+  std::string plan(const KernelChoice& k) const override {
+    (void)k;
+    return kernels::describe_add_lora_logits_plan(args(nulls()));  // shapes only: no pointer is read
+  }
   Work work() const override {
     Work w;
     w.tokens = k_.T;

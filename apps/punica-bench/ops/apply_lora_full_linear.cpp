@@ -50,6 +50,10 @@ class FullLinearProblem final : public Problem {
     ref::lora_meta(m_.args(p));
     if (naive) ref::naive::apply_lora_full_linear(args(p)); else ref::apply_lora_full_linear(args(p));
   }
+  std::string plan(const KernelChoice& k) const override {
+    (void)k;
+    return kernels::describe_apply_lora_full_linear_plan(args(nulls()));  // shapes only: no pointer is read
+  }
   Work work() const override {
     Work w;
     w.tokens = R_;

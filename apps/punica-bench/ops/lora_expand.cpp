@@ -1,7 +1,6 @@
 // Registry entry of lora_expand: vLLM's add_expand / lora_expand (SPEC §3.2), y[t, offset + slice
 // columns] (+)= x[s, t] @ B[slot(t)][s]^T.
 #include "apps/punica-bench/ops/op_kit.h"
-#include "kernels/lora_expand/lora_expand_internal.h"  // --kernel kinds
 
 namespace punica::bench {
 namespace {
@@ -44,6 +43,10 @@ class ExpandProblem final : public Problem {
     k_.host_meta(p);
     if (naive) ref::naive::lora_expand(args(p)); else ref::lora_expand(args(p));
   }
+  std::string plan(const KernelChoice& k) const override {
+    (void)k;
+    return kernels::describe_lora_expand_plan(args(nulls()), k.expand);  // shapes only: no pointer is read
+  }
   Work work() const override {
     Work w;
     w.tokens = k_.T;
@@ -74,8 +77,8 @@ class ExpandProblem final : public Problem {
 void run_op(Backend& be, const kernels::LoraExpandArgs& a) {
   be.exec([&](void* s) {
         const auto kind = be.kernel_choice().expand;
-        if (kind != kernels::detail::ExpandPrefillKernel::automatic)
-          kernels::detail::launch_lora_expand_with(a, kind, static_cast<cudaStream_t>(s));
+        if (kind != kernels::ExpandPrefillKernel::automatic)
+          kernels::launch_lora_expand_with(a, kind, static_cast<cudaStream_t>(s));
         else
           kernels::launch_lora_expand(a, static_cast<cudaStream_t>(s));
       },

@@ -20,6 +20,10 @@ class LoraMetaProblem final : public Problem {
     auto a = m_.args(p);
     if (naive) ref::naive::lora_meta(a); else ref::lora_meta(a);
   }
+  std::string plan(const KernelChoice& k) const override {
+    (void)k;
+    return kernels::describe_lora_meta_plan(m_.args(nulls()));  // shapes only: no pointer is read
+  }
   Work work() const override {
     Work w;
     w.tokens = T_;

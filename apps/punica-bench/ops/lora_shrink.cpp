@@ -1,7 +1,6 @@
 // Registry entry of lora_shrink: vLLM's add_shrink / lora_shrink (SPEC §3.1), y[s, t, :] =
 // scale * x[t] @ A[slot(t)][s]^T over S slices, into an fp32 (or 16-bit) intermediate.
 #include "apps/punica-bench/ops/op_kit.h"
-#include "kernels/lora_shrink/lora_shrink_internal.h"  // --kernel kinds
 
 namespace punica::bench {
 namespace {
@@ -40,6 +39,10 @@ class ShrinkProblem final : public Problem {
     k_.host_meta(p);
     if (naive) ref::naive::lora_shrink(args(p)); else ref::lora_shrink(args(p));
   }
+  std::string plan(const KernelChoice& k) const override {
+    (void)k;
+    return kernels::describe_lora_shrink_plan(args(nulls()), k.shrink);  // shapes only: no pointer is read
+  }
   Work work() const override {
     Work w;
     w.tokens = k_.T;
@@ -68,8 +71,8 @@ class ShrinkProblem final : public Problem {
 void run_op(Backend& be, const kernels::LoraShrinkArgs& a) {
   be.exec([&](void* s) {
         const auto kind = be.kernel_choice().shrink;
-        if (kind != kernels::detail::ShrinkKernel::automatic)
-          kernels::detail::launch_lora_shrink_with(a, kind, static_cast<cudaStream_t>(s));
+        if (kind != kernels::ShrinkKernel::automatic)
+          kernels::launch_lora_shrink_with(a, kind, static_cast<cudaStream_t>(s));
         else
           kernels::launch_lora_shrink(a, static_cast<cudaStream_t>(s));
       },

@@ -1,6 +1,7 @@
-// Host helpers shared by the lora_shrink / lora_expand / add_lora_linear GPU tests: random 16/32-bit
-// tensors from hash_uniform, vLLM LoRAKernelMeta computed on the host (SPEC §2.5) and uploaded,
-// guarded device outputs, and the |y - r| <= atol + rtol |r| comparison (atol = rtol * rms(r)).
+// Host helpers of every GPU test: host tensors (kernels/common/host_tensor.h) filled from
+// hash_uniform, vLLM LoRAKernelMeta computed on the host (SPEC §2.5, or punica::ref::lora_meta) or by
+// launch_lora_meta and uploaded, device copies with guard regions, the DESIGN §6 comparison
+// (kernels/common/check.h), and the timing of the DISABLED_ perf tests.
 #pragma once
 #include <gtest/gtest.h>
 #include <algorithm>
@@ -12,30 +13,18 @@
 #include <numeric>
 #include <string>
 #include <vector>
+#include "kernels/common/check.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/hash_rng.h"
+#include "kernels/common/host_tensor.h"
 #include "kernels/common/lora_types.h"
+#include "kernels/lora_meta/lora_meta.h"
+#include "reference/lora_reference.h"
 
 namespace punica::kernels::testutil {
 
-// A host tensor stored as raw bytes in its dtype.
-struct HostTensor {
-  DType dtype = DType::f32;
-  std::size_t n = 0;
-  std::vector<uint8_t> bytes;
-  HostTensor() = default;
-  HostTensor(DType t, std::size_t count) : dtype(t), n(count), bytes(count * dtype_size(t)) {}
-  void* data() { return bytes.data(); }
-  const void* data() const { return bytes.data(); }
-  float get(std::size_t i) const { return load_elem(bytes.data(), dtype, i); }
-  void set(std::size_t i, float v) { store_elem(bytes.data(), dtype, i, v); }
-  uint32_t bits(std::size_t i) const {
-    if (dtype == DType::f32) { uint32_t u; std::memcpy(&u, bytes.data() + 4 * i, 4); return u; }
-    uint16_t u; std::memcpy(&u, bytes.data() + 2 * i, 2); return u;
-  }
-};
 
 inline HostTensor random_tensor(DType t, std::size_t n, uint64_t key, float amp = 1.f) {
   HostTensor h(t, n);
@@ -182,31 +171,20 @@ inline DeviceBuffer to_device(const HostTensor& h) {
   return b;
 }
 
-inline float rtol_for(DType t) { return t == DType::bf16 ? 1e-2f : t == DType::f16 ? 5e-3f : 1e-5f; }
-
-// Compares got with ref over the elements where check[i] (all when empty). Returns #wrong.
-inline std::size_t compare(const HostTensor& got, const HostTensor& ref, float rtol,
-                           const std::vector<uint8_t>& check, std::string& report) {
-  double ss = 0;
-  std::size_t cnt = 0;
-  for (std::size_t i = 0; i < ref.n; ++i)
-    if (check.empty() || check[i]) { const double r = ref.get(i); ss += r * r; ++cnt; }
-  const double rms = cnt ? std::sqrt(ss / double(cnt)) : 0.0;
-  const double atol = rtol * rms;
-  std::size_t wrong = 0;
-  double max_abs = 0;
-  for (std::size_t i = 0; i < ref.n; ++i) {
-    if (!check.empty() && !check[i]) continue;
-    const double g = got.get(i), r = ref.get(i);
-    const double d = std::fabs(g - r);
-    if (!(d <= atol + rtol * std::fabs(r))) {
-      if (wrong < 5) report += " [" + std::to_string(i) + "] got " + std::to_string(g) + " ref " + std::to_string(r) + ";";
-      ++wrong;
-    }
-    if (d > max_abs || std::isnan(d)) max_abs = d;
-  }
-  report += " max_abs=" + std::to_string(max_abs) + " rms=" + std::to_string(rms);
-  return wrong;
+// Compares got with ref (DESIGN §6, kernels/common/check.h) over the elements where check[i] (all
+// when empty). y0: the initial contents of an accumulating output (the 1-ulp slack of its rounded
+// delta), nullptr for a write-only one. Returns the wrong count and appends to report.
+inline std::size_t compare(const HostTensor& got, const HostTensor& ref, double rtol, const std::vector<uint8_t>& check,
+                           std::string& report, const HostTensor* y0 = nullptr) {
+  CheckSpec spec;
+  spec.dtype = ref.dtype;
+  spec.n = ref.n;
+  spec.y0 = y0 ? y0->data() : nullptr;
+  if (!check.empty()) spec.compared = [&](std::size_t i) { return check[i] != 0; };
+  const CheckResult r = check_close(got.data(), ref.data(), rtol, spec);
+  for (const std::string& m : r.first_mismatches) report += " " + m + ";";
+  report += " max_abs=" + std::to_string(r.max_abs_err) + " rms=" + std::to_string(r.rms);
+  return r.nwrong;
 }
 
 // ---- timing (the DISABLED_ perf tests print it, nothing asserts it; run them by hand with
@@ -358,4 +336,174 @@ struct TestStream {
   TestStream& operator=(const TestStream&) = delete;
 };
 
+
+// ---- the helpers of the lora_meta / embedding / logits / full_linear tests
+// A device copy with kGuard elements of a canary before and after; the payload starts 256-byte
+// aligned (so the 16-byte paths run; odd row lengths give the misaligned cases).
+class GuardedBuffer {
+ public:
+  static constexpr std::size_t kGuardBytes = 1024;
+  GuardedBuffer() = default;
+  explicit GuardedBuffer(std::size_t payload_bytes)
+      : payload_(payload_bytes), buf_(payload_bytes + 2 * kGuardBytes) {
+    std::vector<unsigned char> init(buf_.bytes());
+    for (std::size_t i = 0; i < init.size(); ++i) init[i] = canary(i);
+    buf_.upload(init.data(), init.size());
+  }
+  void* data() const { return static_cast<char*>(buf_.get()) + kGuardBytes; }
+  template <class T> T* as() const { return static_cast<T*>(data()); }
+  void upload(const void* host, std::size_t bytes) { buf_.upload(host, bytes, kGuardBytes); }
+  void download(void* host, std::size_t bytes) const { buf_.download(host, bytes, kGuardBytes); }
+  // Guards unchanged?
+  bool guards_ok() const {
+    std::vector<unsigned char> all(buf_.bytes());
+    buf_.download(all.data(), all.size());
+    for (std::size_t i = 0; i < kGuardBytes; ++i)
+      if (all[i] != canary(i)) return false;
+    for (std::size_t i = kGuardBytes + payload_; i < all.size(); ++i)
+      if (all[i] != canary(i)) return false;
+    return true;
+  }
+
+ private:
+  static unsigned char canary(std::size_t i) { return static_cast<unsigned char>(0xA5u ^ (i * 31u)); }
+  std::size_t payload_ = 0;
+  DeviceBuffer buf_;
+};
+
+inline GuardedBuffer to_guarded(const HostTensor& h) {
+  GuardedBuffer d(h.nbytes());
+  d.upload(h.data(), h.nbytes());
+  return d;
+}
+template <class T>
+GuardedBuffer to_guarded(const std::vector<T>& v) {
+  GuardedBuffer d(v.size() * sizeof(T));
+  d.upload(v.data(), v.size() * sizeof(T));
+  return d;
+}
+
+// Host-built LoRAKernelMeta (punica::ref::lora_meta).
+inline HostMeta host_meta(const std::vector<int32_t>& mapping, int L) {
+  HostMeta m;
+  const std::size_t T = mapping.size();
+  m.mapping.assign(T, 0);
+  m.sorted.assign(T, 0);
+  m.active.assign(std::size_t(L) + 1, 0);
+  m.counts.assign(std::size_t(L) + 1, 0);
+  m.start.assign(std::size_t(L) + 2, 0);
+  LoraMetaArgs a;
+  a.num_tokens = int64_t(T);
+  a.max_loras = L;
+  a.token_lora_mapping_in = mapping.data();
+  a.token_lora_mapping = m.mapping.data();
+  a.sorted_token_ids = m.sorted.data();
+  a.active_lora_ids = m.active.data();
+  a.num_tokens_per_lora = m.counts.data();
+  a.lora_token_start_loc = m.start.data();
+  a.no_lora_flag = &m.no_lora;
+  a.num_active = &m.num_active;
+  punica::ref::lora_meta(a);
+  return m;
+}
+
+inline DeviceMeta upload_meta(const HostMeta& m) {
+  DeviceMeta d;
+  upload_meta(d, m);
+  return d;
+}
+// Device metadata built by launch_lora_meta (the path a real batch takes).
+inline DeviceMeta gpu_meta(const std::vector<int32_t>& mapping, int L) {
+  DeviceMeta d;
+  const std::size_t T = mapping.size();
+  DeviceBuffer in(std::max<std::size_t>(1, T) * 4);
+  in.upload(mapping.data(), T * 4);
+  d.mapping = DeviceBuffer(std::max<std::size_t>(1, T) * 4);
+  d.sorted = DeviceBuffer(std::max<std::size_t>(1, T) * 4);
+  d.active = DeviceBuffer((std::size_t(L) + 1) * 4);
+  d.counts = DeviceBuffer((std::size_t(L) + 1) * 4);
+  d.start = DeviceBuffer((std::size_t(L) + 2) * 4);
+  d.no_lora = DeviceBuffer(4);
+  d.num_active = DeviceBuffer(4);
+  DeviceBuffer ws(lora_meta_workspace_bytes(int64_t(T), L));
+  LoraMetaArgs a;
+  a.num_tokens = int64_t(T);
+  a.max_loras = L;
+  a.token_lora_mapping_in = in.as<int32_t>();
+  const LoraMetaView v = d.view();
+  a.token_lora_mapping = const_cast<int32_t*>(v.token_lora_mapping);
+  a.sorted_token_ids = const_cast<int32_t*>(v.sorted_token_ids);
+  a.active_lora_ids = const_cast<int32_t*>(v.active_lora_ids);
+  a.num_tokens_per_lora = const_cast<int32_t*>(v.num_tokens_per_lora);
+  a.lora_token_start_loc = const_cast<int32_t*>(v.lora_token_start_loc);
+  a.no_lora_flag = const_cast<int32_t*>(v.no_lora_flag);
+  a.num_active = const_cast<int32_t*>(v.num_active);
+  a.workspace = ws.get();
+  a.workspace_bytes = ws.bytes();
+  launch_lora_meta(a, nullptr);
+  PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
+  return d;
+}
+
+// Mapping of T tokens over `slots` (the used slot values, -1 allowed), hash-random.
+inline std::vector<int32_t> random_mapping(uint64_t key, int64_t T, const std::vector<int32_t>& slots) {
+  std::vector<int32_t> m(std::size_t(std::max<int64_t>(0, T)));
+  for (std::size_t t = 0; t < m.size(); ++t) m[t] = slots[hash_below(key, t, slots.size())];
+  return m;
+}
+
+// Compare y (device result) with r (reference) over a [rows, stride] buffer (DESIGN §6,
+// kernels/common/check.h): elements with `checked(row, col)` by tolerance, every other element
+// bit-equal to y0.
+struct CompareResult {
+  int64_t nwrong = 0, nchecked = 0, nbitdiff = 0;
+  double max_abs = 0, rms = 0;
+  std::string first;
+};
+template <class Pred>
+CompareResult compare(const HostTensor& y, const HostTensor& r, const HostTensor& y0, int64_t rows,
+                      int64_t stride, Pred checked) {
+  CompareResult c;
+  CheckSpec spec;
+  spec.dtype = y.dtype;
+  spec.n = std::size_t(rows * stride);
+  spec.y0 = y0.data();
+  spec.keep = [&](std::size_t e) { return !checked(int64_t(e) / stride, int64_t(e) % stride); };
+  spec.rows = rows;
+  spec.inner = stride;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < stride; ++j) c.nchecked += checked(i, j) ? 1 : 0;
+  const CheckResult k = check_close(y.data(), r.data(), rtol_for(y.dtype), spec);
+  c.nwrong = int64_t(k.nwrong - k.nuntouched);
+  c.nbitdiff = int64_t(k.nuntouched);
+  c.max_abs = k.max_abs_err;
+  c.rms = k.rms;
+  for (const std::string& m : k.first_mismatches) c.first += (c.first.empty() ? "" : " | ") + m;
+  return c;
+}
+// Median-free quick timing (mean over `iters` after 3 warm-ups) of f() on the legacy stream, in
+// microseconds; for the DISABLED_Timing tests only (the real timing lives in punica-bench).
+template <class F>
+double time_us(F&& f, int iters = 50) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t e0, e1;
+  PUNICA_CUDA_CHECK(cudaEventCreate(&e0));
+  PUNICA_CUDA_CHECK(cudaEventCreate(&e1));
+  PUNICA_CUDA_CHECK(cudaEventRecord(e0, nullptr));
+  for (int i = 0; i < iters; ++i) f();
+  PUNICA_CUDA_CHECK(cudaEventRecord(e1, nullptr));
+  PUNICA_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  PUNICA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 1000.0 * ms / iters;
+}
+
+
 }  // namespace punica::kernels::testutil
+
+// The lora_meta-family tests live in punica::kernels::testing.
+namespace punica::kernels::testing {
+using namespace testutil;
+}  // namespace punica::kernels::testing
