@@ -234,39 +234,10 @@ void fused_moe_lora_expand(const FusedMoeLoraArgs& a) { fused_core("fused_moe_lo
 kernels::MoeLoraRouting add_lora_w13(const kernels::AddLoraW13Args& a) {
   FusedMoeLoraArgs op = a.op;
   op.mul_routed_weight = false;
-  const int Ek = a.expert_map ? (a.num_experts_global > 0 ? a.num_experts_global : op.num_experts) : op.num_experts;
-  kernels::MoeLoraRouting r;
-  r.naive = kernels::moe_lora_use_naive(op.num_tokens, op.top_k, op.num_experts, op.max_loras, a.expert_map != nullptr);
-  r.lora_ids = a.lora_ids;
-  r.block_size = a.block_size;
-  if (r.naive) {
-    r.expert_ids = a.topk_ids;
-  } else {
-    MoeLoraAlignArgs al;
-    al.num_tokens = op.num_tokens;
-    al.top_k = op.top_k;
-    al.topk_ids = a.topk_ids;
-    al.token_lora_mapping = op.token_lora_mapping;
-    al.num_experts = Ek;
-    al.expert_map = a.expert_map;
-    al.block_size = a.block_size;
-    al.max_loras = op.max_loras;
-    al.adapter_enabled = op.adapter_enabled;
-    al.lora_ids = a.lora_ids;
-    al.pad_sorted_ids = a.pad_sorted_ids;
-    al.max_padded = padded_of(al);
-    al.sorted_token_ids = a.sorted_token_ids;
-    al.expert_ids = a.expert_ids;
-    al.num_tokens_post_pad = a.num_tokens_post_pad;
-    moe_lora_align(al);
-    r.max_padded = al.max_padded;
-    r.sorted_token_ids = a.sorted_token_ids;
-    r.expert_ids = a.expert_ids;
-    r.num_tokens_post_pad = a.num_tokens_post_pad;
-  }
-  op.routing = r;
-  if (op.num_tokens > 0) add_lora_fused_moe(op);
-  return r;
+  op.routing = kernels::moe_lora_w13_routing(a);
+  if (!op.routing.naive) moe_lora_align(kernels::moe_lora_w13_align_args(a));
+  add_lora_fused_moe(op);
+  return op.routing;
 }
 
 void add_lora_w2(const FusedMoeLoraArgs& a) {

@@ -41,15 +41,26 @@ kernels::MoeLoraRouting align(MoeProblem& p, bool with_naive_loops = false) {
 
 class Fused : public ::testing::TestWithParam<MoeCase> {};
 
+// The Eigen one call's result `y` on the Eigen alignment's routing, and the same Args on `y_other`
+// (a fresh copy of y0) for the path under test.
+struct EigenOneCall {
+  Tensor y, y_other;
+  kernels::FusedMoeLoraArgs a;
+};
+EigenOneCall eigen_one_call(MoeProblem& p) {
+  EigenOneCall out{p.y0, p.y0, {}};
+  out.a = p.args(out.y.data());
+  out.a.routing = align(p);
+  ref::add_lora_fused_moe(out.a);
+  out.a.y = out.y_other.data();
+  return out;
+}
+
 TEST_P(Fused, EigenMatchesNaiveLoopsAndLeavesOthersUntouched) {
   MoeProblem p = make_problem(GetParam());
-  const auto r = align(p);
-  Tensor ye = p.y0, yn = p.y0;
-  auto a = p.args(ye.data());
-  a.routing = r;
-  ref::add_lora_fused_moe(a);
-  a.y = yn.data();
-  ref::naive::add_lora_fused_moe(a);
+  auto run = eigen_one_call(p);
+  ref::naive::add_lora_fused_moe(run.a);
+  const Tensor &ye = run.y, &yn = run.y_other;
   std::string rep;
   EXPECT_EQ(compare_y(ye, yn, p.y0, written_mask(p), rtol_for(p.c.dtype), rep), 0u) << rep;
   std::string rep2;
@@ -58,14 +69,11 @@ TEST_P(Fused, EigenMatchesNaiveLoopsAndLeavesOthersUntouched) {
 
 TEST_P(Fused, SplitShrinkExpandEqualsOneCall) {
   MoeProblem p = make_problem(GetParam());
-  const auto r = align(p);
-  Tensor y1 = p.y0, y2 = p.y0;
-  auto a = p.args(y1.data());
-  a.routing = r;
-  ref::add_lora_fused_moe(a);
+  auto run = eigen_one_call(p);
+  const Tensor &y1 = run.y, &y2 = run.y_other;
+  auto a = run.a;
   Tensor inter(p.c.inter, std::size_t(p.c.S) * p.numel * p.R);
   for (std::size_t i = 0; i < inter.n; ++i) inter.set(i, NAN);
-  a.y = y2.data();
   a.intermediate = inter.data();
   ref::fused_moe_lora_shrink(a);
   for (std::size_t i = 0; i < inter.n; ++i) ASSERT_FALSE(std::isnan(inter.get(i))) << "shrink left " << i << " unwritten";
@@ -253,14 +261,7 @@ TEST(Sharded, W13RankSlicesAllGatheredEqualUnsharded) {
   for (int rho = 0; rho < tp; ++rho) {
     // A's rank slice of this rank: rows [rho*rl, (rho+1)*rl) of every (slot, expert).
     std::vector<Tensor> As;
-    for (int s = 0; s < c.S; ++s) {
-      Tensor t(c.dtype, std::size_t(p.L) * c.E * rl * c.K);
-      for (int le = 0; le < p.L * c.E; ++le)
-        for (int j = 0; j < rl; ++j)
-          for (int64_t kk = 0; kk < c.K; ++kk)
-            t.set((std::size_t(le) * rl + j) * c.K + kk, p.A[std::size_t(s)].get((std::size_t(le) * p.R + rho * rl + j) * c.K + kk));
-      As.push_back(std::move(t));
-    }
+    for (int s = 0; s < c.S; ++s) As.push_back(rank_slice_a(p, s, rho, rl));
     Tensor part(c.inter, std::size_t(c.S) * p.numel * rl);
     auto sa = a;
     for (int s = 0; s < c.S; ++s) sa.lora_a[s] = As[std::size_t(s)].data();
@@ -338,16 +339,7 @@ TEST(Sharded, W2InputSlicesAllReducedEqualUnsharded) {
 TEST(W13W2, PathRuleRoutingReuseAndNaiveLoops) {
   for (int M : {2, 64}) {  // 2*4*8 <= 16*5: naive; 64*4*8 > 80: aligned
     for (bool emap : {false, true}) {
-      MoeCase c;
-      c.name = "w13w2_" + std::to_string(M) + std::to_string(emap);
-      c.M = M;
-      c.k = 4;
-      c.E = 16;
-      c.K = 40;  // H
-      c.N = 24;  // I
-      c.expert_map = emap;
-      c.oor_pct = 10;
-      c.bs = 16;
+      const MoeCase c = w13_case("w13w2_" + std::to_string(M) + std::to_string(emap), M, emap, 40, 24, 2, 16);
       MoeProblem p = make_problem(c);
       kernels::AddLoraW13Args w;
       Tensor ye = p.y0, yn = p.y0;
@@ -369,33 +361,17 @@ TEST(W13W2, PathRuleRoutingReuseAndNaiveLoops) {
       w.num_tokens_post_pad = n2.data();
       const auto rn = ref::naive::add_lora_w13(w);
       EXPECT_EQ(rn.naive, r.naive);
-      MoeProblem q = p;  // the active-pair mask of the w13 form
-      q.c.naive = r.naive;
-      std::string rep;
-      EXPECT_EQ(compare_y(ye, yn, p.y0, written_mask(q), rtol_for(c.dtype), rep), 0u) << c.name << rep;
+      EXPECT_EQ(w13_w2_mismatch(ye, yn, p, r.naive), "");
       // w2 on the returned routing: x = [M*k, I] pairs, B [L, E, H, r], weighted.
-      MoeCase c2 = c;
-      c2.name += "_w2";
-      c2.w2 = true;
-      c2.S = 1;
-      c2.K = 24;
-      c2.N = 40;
-      MoeProblem p2 = make_problem(c2);  // same routing seed inputs? no: reuse p's routing below
+      const MoeProblem p2 = w2_problem_after(p);
       Tensor y2e = p2.y0, y2n = p2.y0;
       auto a2 = p2.args(y2e.data());
-      a2.token_lora_mapping = p.map.data();
-      a2.topk_weights = p.w.data();
       a2.routing = r;
       ref::add_lora_w2(a2);
       a2.y = y2n.data();
       a2.routing = rn;
       ref::naive::add_lora_w2(a2);
-      MoeProblem q2 = p2;
-      q2.map = p.map;
-      q2.topk = p.topk;
-      q2.c.naive = r.naive;
-      std::string rep2;
-      EXPECT_EQ(compare_y(y2e, y2n, p2.y0, written_mask(q2), rtol_for(c.dtype), rep2), 0u) << c2.name << rep2;
+      EXPECT_EQ(w13_w2_mismatch(y2e, y2n, p2, r.naive), "");
     }
   }
 }

@@ -159,47 +159,23 @@ void fused_moe_lora_shrink(const FusedMoeLoraArgs& a) { fused_loops("fused_moe_l
 void fused_moe_lora_expand(const FusedMoeLoraArgs& a) { fused_loops("fused_moe_lora_expand", a, Mode::expand); }
 
 kernels::MoeLoraRouting add_lora_w13(const kernels::AddLoraW13Args& a) {
-  FusedMoeLoraArgs op = a.op;
-  op.mul_routed_weight = false;
-  kernels::MoeLoraRouting r;
-  r.naive = a.expert_map == nullptr && op.num_tokens * op.top_k * 8 <= int64_t(op.num_experts) * op.max_loras;
-  r.lora_ids = a.lora_ids;
-  r.block_size = a.block_size;
-  if (r.naive) {
-    r.expert_ids = a.topk_ids;
-  } else {
-    kernels::MoeLoraAlignArgs al;
-    al.num_tokens = op.num_tokens;
-    al.top_k = op.top_k;
-    al.topk_ids = a.topk_ids;
-    al.token_lora_mapping = op.token_lora_mapping;
-    al.num_experts = a.expert_map && a.num_experts_global > 0 ? a.num_experts_global : op.num_experts;
-    al.expert_map = a.expert_map;
-    al.block_size = a.block_size;
-    al.max_loras = op.max_loras;
-    al.adapter_enabled = op.adapter_enabled;
-    al.lora_ids = a.lora_ids;
-    al.pad_sorted_ids = a.pad_sorted_ids;
-    al.max_padded = kernels::moe_lora_align_sizes(al.num_tokens * al.top_k, al.num_experts, al.block_size,
-                                                  al.pad_sorted_ids).max_padded;
-    al.sorted_token_ids = a.sorted_token_ids;
-    al.expert_ids = a.expert_ids;
-    al.num_tokens_post_pad = a.num_tokens_post_pad;
-    moe_lora_align(al);
-    r.max_padded = al.max_padded;
-    r.sorted_token_ids = a.sorted_token_ids;
-    r.expert_ids = a.expert_ids;
-    r.num_tokens_post_pad = a.num_tokens_post_pad;
-  }
-  op.routing = r;
-  add_lora_fused_moe(op);
+  // vLLM's rule (SPARSITY_FACTOR = 8) restated here, so a wrong moe_lora_use_naive shows.
+  const FusedMoeLoraArgs& o = a.op;
+  const bool naive_path = a.expert_map == nullptr && o.num_tokens * o.top_k * 8 <= int64_t(o.num_experts) * o.max_loras;
+  const kernels::MoeLoraRouting r = kernels::moe_lora_w13_routing(a);
+  if (r.naive != naive_path) bad("add_lora_w13", "the path rule disagrees with vLLM's");
+  if (!naive_path) moe_lora_align(kernels::moe_lora_w13_align_args(a));
+  FusedMoeLoraArgs w13 = o;
+  w13.mul_routed_weight = false;
+  w13.routing = r;
+  add_lora_fused_moe(w13);
   return r;
 }
 
 void add_lora_w2(const FusedMoeLoraArgs& a) {
-  FusedMoeLoraArgs op = a;
-  op.mul_routed_weight = true;
-  add_lora_fused_moe(op);
+  FusedMoeLoraArgs w2 = a;
+  w2.mul_routed_weight = true;
+  add_lora_fused_moe(w2);
 }
 
 }  // namespace punica::ref::naive

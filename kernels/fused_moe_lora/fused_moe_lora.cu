@@ -354,41 +354,10 @@ MoeLoraRoutingElems moe_lora_w13_routing_elems(int64_t max_tokens, int top_k, in
 MoeLoraRouting launch_add_lora_w13(const AddLoraW13Args& a, cudaStream_t st) {
   FusedMoeLoraArgs op = a.op;
   op.mul_routed_weight = false;
-  const int Ek = a.expert_map ? (a.num_experts_global > 0 ? a.num_experts_global : op.num_experts) : op.num_experts;
-  MoeLoraRouting r;
-  r.naive = moe_lora_use_naive(op.num_tokens, op.top_k, op.num_experts, op.max_loras, a.expert_map != nullptr);
-  r.lora_ids = a.lora_ids;
-  r.block_size = a.block_size;
-  if (r.naive) {
-    r.expert_ids = a.topk_ids;  // vLLM: expert_ids = topk_ids.reshape(-1); ids >= E add nothing
-  } else {
-    MoeLoraAlignArgs al;
-    al.num_tokens = op.num_tokens;
-    al.top_k = op.top_k;
-    al.topk_ids = a.topk_ids;
-    al.token_lora_mapping = op.token_lora_mapping;
-    al.num_experts = Ek;
-    al.expert_map = a.expert_map;
-    al.block_size = a.block_size;
-    al.max_loras = op.max_loras;
-    al.adapter_enabled = op.adapter_enabled;
-    al.lora_ids = a.lora_ids;
-    al.pad_sorted_ids = a.pad_sorted_ids;
-    al.max_padded = moe_lora_align_sizes(op.num_tokens * op.top_k, Ek, a.block_size, a.pad_sorted_ids).max_padded;
-    al.sorted_token_ids = a.sorted_token_ids;
-    al.expert_ids = a.expert_ids;
-    al.num_tokens_post_pad = a.num_tokens_post_pad;
-    al.workspace = a.workspace;
-    al.workspace_bytes = a.workspace_bytes;
-    launch_moe_lora_align(al, st);
-    r.max_padded = al.max_padded;
-    r.sorted_token_ids = a.sorted_token_ids;
-    r.expert_ids = a.expert_ids;
-    r.num_tokens_post_pad = a.num_tokens_post_pad;
-  }
-  op.routing = r;
+  op.routing = moe_lora_w13_routing(a);
+  if (!op.routing.naive) launch_moe_lora_align(moe_lora_w13_align_args(a), st);
   launch_add_lora_fused_moe(op, st);
-  return r;
+  return op.routing;
 }
 
 void launch_add_lora_w2(const FusedMoeLoraArgs& a, cudaStream_t st) {

@@ -96,6 +96,49 @@ struct MoeLoraRoutingElems {
 };
 MoeLoraRoutingElems moe_lora_w13_routing_elems(int64_t max_tokens, int top_k, int num_experts_k, int block_size,
                                                int max_loras, bool pad_sorted_ids);
+// add_lora_w13's plumbing, shared by the launcher and the references. The path (vLLM's sparsity
+// rule) and the routing handed to the fused op: naive = topk_ids as the per-pair expert ids (ids
+// >= E add nothing); aligned = the alignment's buffers.
+inline MoeLoraRouting moe_lora_w13_routing(const AddLoraW13Args& a) {
+  const FusedMoeLoraArgs& op = a.op;
+  const int Ek = a.expert_map && a.num_experts_global > 0 ? a.num_experts_global : op.num_experts;
+  MoeLoraRouting r;
+  r.naive = moe_lora_use_naive(op.num_tokens, op.top_k, op.num_experts, op.max_loras, a.expert_map != nullptr);
+  r.lora_ids = a.lora_ids;
+  r.block_size = a.block_size;
+  if (r.naive) {
+    r.expert_ids = a.topk_ids;
+    return r;
+  }
+  r.max_padded = moe_lora_align_sizes(op.num_tokens * op.top_k, Ek, a.block_size, a.pad_sorted_ids).max_padded;
+  r.sorted_token_ids = a.sorted_token_ids;
+  r.expert_ids = a.expert_ids;
+  r.num_tokens_post_pad = a.num_tokens_post_pad;
+  return r;
+}
+// The alignment of the aligned path: E_k = expert_map's length (else E), vLLM's P.
+inline MoeLoraAlignArgs moe_lora_w13_align_args(const AddLoraW13Args& a) {
+  MoeLoraAlignArgs al;
+  al.num_tokens = a.op.num_tokens;
+  al.top_k = a.op.top_k;
+  al.topk_ids = a.topk_ids;
+  al.token_lora_mapping = a.op.token_lora_mapping;
+  al.num_experts = a.expert_map && a.num_experts_global > 0 ? a.num_experts_global : a.op.num_experts;
+  al.expert_map = a.expert_map;
+  al.block_size = a.block_size;
+  al.max_loras = a.op.max_loras;
+  al.adapter_enabled = a.op.adapter_enabled;
+  al.lora_ids = a.lora_ids;
+  al.pad_sorted_ids = a.pad_sorted_ids;
+  al.max_padded = moe_lora_w13_routing(a).max_padded;
+  al.sorted_token_ids = a.sorted_token_ids;
+  al.expert_ids = a.expert_ids;
+  al.num_tokens_post_pad = a.num_tokens_post_pad;
+  al.workspace = a.workspace;
+  al.workspace_bytes = a.workspace_bytes;
+  return al;
+}
+
 // Runs the alignment (aligned path) or none (naive path, moe_lora_use_naive) then the fused op.
 // Returns the routing for add_lora_w2; .naive records which path ran.
 MoeLoraRouting launch_add_lora_w13(const AddLoraW13Args& args, cudaStream_t stream);

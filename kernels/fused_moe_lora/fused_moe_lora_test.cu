@@ -18,6 +18,26 @@ namespace punica::kernels {
 namespace {
 using namespace moetest;
 
+// add_lora_w13's routing buffers and output on the device, and its Args over a DeviceProblem.
+struct W13Buffers {
+  GuardedBuf s, e, n, y;
+  explicit W13Buffers(const MoeProblem& p) : s(guarded(p.sorted)), e(guarded(p.eids)), n(guarded(p.ntpp)), y(guarded(p.y0)) {}
+  AddLoraW13Args args(const MoeProblem& p, const DeviceProblem& d) const {
+    AddLoraW13Args w;
+    w.op = d.args(p, y.ptr());
+    w.topk_ids = d.topk.as<int32_t>();
+    w.expert_map = p.c.expert_map ? d.emap.as<int32_t>() : nullptr;
+    w.num_experts_global = p.Eg;
+    w.block_size = p.c.bs;
+    w.pad_sorted_ids = p.c.pad_sorted_ids;
+    w.lora_ids = d.lora_ids.as<int32_t>();
+    w.sorted_token_ids = s.as<int32_t>();
+    w.expert_ids = e.as<int32_t>();
+    w.num_tokens_post_pad = n.as<int32_t>();
+    return w;
+  }
+};
+
 // The routing on the device (alignment kernel, or its naive mode) and, for the reference, on the host.
 struct Routing {
   GuardedBuf s, e, n;
@@ -169,14 +189,7 @@ TEST(FusedMoeLoraSplit, RankSlicedShrinkMatchesReference) {
     SCOPED_TRACE(rho);
     MoeProblem p = make_problem(c);
     const int rl = p.R / 2;
-    for (int s = 0; s < c.S; ++s) {
-      Tensor t(c.dtype, std::size_t(p.L) * c.E * rl * c.K);
-      for (int le = 0; le < p.L * c.E; ++le)
-        for (int j = 0; j < rl; ++j)
-          for (int64_t kk = 0; kk < c.K; ++kk)
-            t.set((std::size_t(le) * rl + j) * c.K + kk, p.A[std::size_t(s)].get((std::size_t(le) * p.R + rho * rl + j) * c.K + kk));
-      p.A[std::size_t(s)] = std::move(t);
-    }
+    for (int s = 0; s < c.S; ++s) p.A[std::size_t(s)] = rank_slice_a(p, s, rho, rl);
     DeviceProblem d(p);
     Routing r;
     make_routing(p, d, r);
@@ -209,31 +222,14 @@ TEST(AddLoraW13W2, PathRuleAndRoutingReuse) {
   for (int M : {2, 64, 300})
     for (bool emap : {false, true})
       for (int S : {2, 1}) {
-        MoeCase c;
-        c.name = "w13_M" + std::to_string(M) + (emap ? "_emap" : "") + "_S" + std::to_string(S);
+        const MoeCase c = w13_case("w13_M" + std::to_string(M) + (emap ? "_emap" : "") + "_S" + std::to_string(S), M,
+                                   emap, 200, 56, S, 32);
         SCOPED_TRACE(c.name);
-        c.M = M;
-        c.k = 4;
-        c.E = 16;
-        c.K = 200;  // H
-        c.N = 56;   // I
-        c.S = S;
-        c.expert_map = emap;
-        c.oor_pct = 5;
-        c.bs = 32;
         MoeProblem p = make_problem(c);
         DeviceProblem d(p);
-        GuardedBuf gs = guarded(p.sorted), ge = guarded(p.eids), gn = guarded(p.ntpp), gy = guarded(p.y0);
-        AddLoraW13Args w;
-        w.op = d.args(p, gy.ptr());
-        w.topk_ids = d.topk.as<int32_t>();
-        w.expert_map = emap ? d.emap.as<int32_t>() : nullptr;
-        w.num_experts_global = p.Eg;
-        w.block_size = c.bs;
-        w.lora_ids = d.lora_ids.as<int32_t>();
-        w.sorted_token_ids = gs.as<int32_t>();
-        w.expert_ids = ge.as<int32_t>();
-        w.num_tokens_post_pad = gn.as<int32_t>();
+        W13Buffers wb(p);
+        const AddLoraW13Args w = wb.args(p, d);
+        GuardedBuf& gy = wb.y;
         const MoeLoraRouting r = launch_add_lora_w13(w, nullptr);
         EXPECT_EQ(r.naive, moe_lora_use_naive(M, c.k, c.E, p.L, emap));
         EXPECT_EQ(r.naive, M == 2 && !emap);
@@ -251,21 +247,8 @@ TEST(AddLoraW13W2, PathRuleAndRoutingReuse) {
         const MoeLoraRouting hr = ref::add_lora_w13(hw);
         PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
         const Tensor got = download_y(gy, p.y0, "w13 y");
-        MoeProblem q = p;
-        q.c.naive = r.naive;
-        std::string rep;
-        EXPECT_EQ(compare_y(got, yref, p.y0, written_mask(q), rtol_for(c.dtype), rep), 0u) << rep;
-        // w2: x = [M*k, I] per pair, B [L, E, H, r], routing-weighted, into [M, k, H].
-        MoeCase c2 = c;
-        c2.name += "_w2";
-        c2.w2 = true;
-        c2.S = 1;
-        c2.K = c.N;
-        c2.N = c.K;
-        MoeProblem p2 = make_problem(c2);
-        p2.map = p.map;
-        p2.topk = p.topk;
-        p2.w = p.w;
+        EXPECT_EQ(w13_w2_mismatch(got, yref, p, r.naive), "");
+        const MoeProblem p2 = w2_problem_after(p);
         DeviceProblem d2(p2);
         GuardedBuf gy2 = guarded(p2.y0);
         FusedMoeLoraArgs a2 = d2.args(p2, gy2.ptr());
@@ -277,10 +260,7 @@ TEST(AddLoraW13W2, PathRuleAndRoutingReuse) {
         ref::add_lora_w2(h2);
         PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
         const Tensor got2 = download_y(gy2, p2.y0, "w2 y");
-        MoeProblem q2 = p2;
-        q2.c.naive = r.naive;
-        std::string rep2;
-        EXPECT_EQ(compare_y(got2, yref2, p2.y0, written_mask(q2), rtol_for(c.dtype), rep2), 0u) << rep2;
+        EXPECT_EQ(w13_w2_mismatch(got2, yref2, p2, r.naive), "");
       }
 }
 
@@ -310,21 +290,10 @@ TEST(FusedMoeLoraPerf, DISABLED_ModelShapes) {
         c.bs = 16;
         MoeProblem p = make_problem(c);
         DeviceProblem d(p);
-        GuardedBuf gs = guarded(p.sorted), ge = guarded(p.eids), gn = guarded(p.ntpp), gy = guarded(p.y0);
-        AddLoraW13Args w;
-        w.op = d.args(p, gy.ptr());
-        w.topk_ids = d.topk.as<int32_t>();
-        w.block_size = c.bs;
-        w.lora_ids = d.lora_ids.as<int32_t>();
-        w.sorted_token_ids = gs.as<int32_t>();
-        w.expert_ids = ge.as<int32_t>();
-        w.num_tokens_post_pad = gn.as<int32_t>();
-        MoeLoraRouting r{};
-        if (form == 0) {
-          w.op.mul_routed_weight = false;
-        }
+        W13Buffers wb(p);
+        const AddLoraW13Args w = wb.args(p, d);
         // w2 reuses the routing of a w13 call on the same topk (its y is scratch here).
-        r = launch_add_lora_w13(w, nullptr);
+        const MoeLoraRouting r = launch_add_lora_w13(w, nullptr);
         PUNICA_CUDA_CHECK(cudaDeviceSynchronize());
         std::vector<uint8_t> touched(std::size_t(p.L) * c.E, 0);
         for (int64_t i = 0; i < p.numel; ++i) touched[std::size_t(p.map[std::size_t(i / c.k)]) * c.E + p.topk[std::size_t(i)]] = 1;

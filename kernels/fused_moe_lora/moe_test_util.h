@@ -213,6 +213,18 @@ inline MoeProblem make_problem(const MoeCase& c) {
   return p;
 }
 
+// Slice s of A cut to the rank rows [rho*rl, (rho+1)*rl) of every (slot, expert): what rank rho
+// of a fully-sharded w13 holds. Needs an unshared A.
+inline Tensor rank_slice_a(const MoeProblem& p, int s, int rho, int rl) {
+  const Tensor& A = p.A[std::size_t(s)];
+  Tensor t(p.c.dtype, std::size_t(p.L) * p.c.E * rl * p.c.K);
+  for (int le = 0; le < p.L * p.c.E; ++le)
+    for (int j = 0; j < rl; ++j)
+      for (int64_t kk = 0; kk < p.c.K; ++kk)
+        t.set((std::size_t(le) * rl + j) * p.c.K + kk, A.get((std::size_t(le) * p.R + rho * rl + j) * p.c.K + kk));
+  return t;
+}
+
 // Which pairs carry a LoRA term (independent of the routing tensors): enabled slot, processed by
 // the alignment (lora_ids), a local expert in [0, E).
 inline std::vector<uint8_t> active_pairs(const MoeProblem& p) {
@@ -312,6 +324,47 @@ inline std::size_t compare_y(const Tensor& got, const Tensor& ref, const Tensor&
   }
   report += " max_abs=" + std::to_string(max_abs) + " written=" + std::to_string(cnt);
   return wrong;
+}
+
+// An add_lora_w13 case of the w13 / w2 tests: top_k 4 of 16 experts, 5 slots, 10% out-of-range ids.
+inline MoeCase w13_case(const std::string& name, int M, bool emap, int64_t H, int64_t I, int S, int bs) {
+  MoeCase c;
+  c.name = name;
+  c.M = M;
+  c.k = 4;
+  c.E = 16;
+  c.K = H;
+  c.N = I;
+  c.S = S;
+  c.expert_map = emap;
+  c.oor_pct = 10;
+  c.bs = bs;
+  return c;
+}
+
+// The w2 problem of add_lora_w2 after p's add_lora_w13: x = [M*k, I] per pair (I = p's N),
+// B [L, E, H, r] (H = p's K), one slice, p's mapping, routing and weights.
+inline MoeProblem w2_problem_after(const MoeProblem& p) {
+  MoeCase c2 = p.c;
+  c2.name += "_w2";
+  c2.w2 = true;
+  c2.S = 1;
+  c2.K = p.c.N;
+  c2.N = p.c.K;
+  MoeProblem p2 = make_problem(c2);
+  p2.map = p.map;
+  p2.topk = p.topk;
+  p2.w = p.w;
+  return p2;
+}
+
+// compare_y of an add_lora_w13 / add_lora_w2 output whose path was `naive_path`: "" when it holds.
+inline std::string w13_w2_mismatch(const Tensor& got, const Tensor& ref, const MoeProblem& p, bool naive_path) {
+  MoeProblem q = p;
+  q.c.naive = naive_path;
+  std::string rep;
+  const std::size_t wrong = compare_y(got, ref, p.y0, written_mask(q), rtol_for(p.c.dtype), rep);
+  return wrong ? p.c.name + ": " + std::to_string(wrong) + " wrong;" + rep : "";
 }
 
 }  // namespace punica::kernels::moetest
