@@ -136,7 +136,7 @@ void fused_core(const char* op, const FusedMoeLoraArgs& a, Mode mode) {
   const int rA = a.a_rank > 0 ? a.a_rank : a.max_rank, rB = a.max_rank;
   const int64_t K = a.hidden, N = a.slice_width, S = a.num_slices;
   const int64_t ldx = a.x_row_stride > 0 ? a.x_row_stride : K, ldy = ldy_of(a);
-  const DType T = a.dtype, TI = a.intermediate_dtype;
+  const DType T = a.dtype, TI = a.inter_dtype();
   if (mode == Mode::shrink)
     for (int64_t i = 0; i < S * numel * rA; ++i) kernels::store_elem(a.intermediate, TI, size_t(i), 0.f);
   // Group the visits by (slot, expert), keeping each pair's visit count (a pair listed twice adds twice).

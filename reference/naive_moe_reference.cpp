@@ -69,7 +69,7 @@ void fused_loops(const char* op, const FusedMoeLoraArgs& a, Mode mode) {
   const int64_t numel = a.num_tokens * a.top_k, K = a.hidden, N = a.slice_width;
   const int64_t ldx = a.x_row_stride > 0 ? a.x_row_stride : K;
   const int64_t ldy = a.y_row_stride > 0 ? a.y_row_stride : a.offset + int64_t(a.num_slices) * N;
-  const DType T = a.dtype, TI = a.intermediate_dtype;
+  const DType T = a.dtype, TI = a.inter_dtype();
   const int64_t Ea = a.shared_a ? 1 : a.num_experts, Eb = a.shared_b ? 1 : a.num_experts;
   if (mode == Mode::shrink)
     for (int64_t i = 0; i < int64_t(a.num_slices) * numel * rA; ++i) store_elem(a.intermediate, TI, size_t(i), 0.f);

@@ -320,11 +320,11 @@ void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st) {
   const Params p = make_params(a, mode);
   if (mode == kShrinkOnly && p.numel > 0)
     PUNICA_CUDA_CHECK(cudaMemsetAsync(a.intermediate, 0,
-                                      std::size_t(a.num_slices) * p.numel * p.rA * dtype_size(a.intermediate_dtype), st));
+                                      std::size_t(a.num_slices) * p.numel * p.rA * dtype_size(a.inter_dtype()), st));
   if (p.numel == 0 || p.L == 0 || p.E == 0) return;
   if (!p.naive && p.Q == 0) return;
   const bool h = a.dtype == DType::f16;
-  switch (a.intermediate_dtype) {
+  switch (a.inter_dtype()) {
     case DType::f32: h ? launch_typed<__half, float>(p, mode, a.num_slices, st)
                        : launch_typed<__nv_bfloat16, float>(p, mode, a.num_slices, st); break;
     case DType::f16: h ? launch_typed<__half, __half>(p, mode, a.num_slices, st)

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <cuda_runtime_api.h>
 #include "kernels/common/dtype.h"
 #include "kernels/common/lora_types.h"
@@ -31,8 +32,10 @@ struct MoeLoraRouting {
 
 struct FusedMoeLoraArgs {
   DType dtype = DType::bf16;              // x, lora_a, lora_b, y (fp16 or bf16)
-  DType intermediate_dtype = DType::bf16; // the rank-r intermediate: rounded to it (one call) or the split
-                                          // buffer's dtype; vLLM: the output dtype
+  // The rank-r intermediate: rounded to it (one call) or the split buffer's dtype. Unset = dtype (the
+  // output dtype, as vLLM); fp32 keeps it unrounded (the dense ops' buffer).
+  std::optional<DType> intermediate_dtype;
+  DType inter_dtype() const { return intermediate_dtype.value_or(dtype); }
   int64_t num_tokens = 0;                 // M
   int top_k = 1;                          // k
   int64_t hidden = 0;                     // K: A's input width (H for w13, I for w2)
@@ -64,6 +67,8 @@ struct FusedMoeLoraArgs {
 };
 
 // One call: shrink and expand fused, the intermediate kept on chip.
+// Asynchronous on `stream`, no host synchronisation or allocation (graph capturable); M = 0 is a no-op.
+// lora_ids entries must be distinct (each slot's pairs are visited once per entry).
 void launch_add_lora_fused_moe(const FusedMoeLoraArgs& args, cudaStream_t stream);
 // The fully-sharded split, so a collective can run between the halves. Shrink OVERWRITES the whole
 // intermediate [S, M, k, a_rank]: rows of visited pairs hold round_I(A . x) over the local true rank

@@ -39,7 +39,7 @@ struct Tensor {
 struct MoeCase {
   std::string name = "case";
   DType dtype = DType::bf16;
-  DType inter = DType::bf16;       // intermediate_dtype (set to dtype by the cases)
+  DType inter = DType::bf16;       // intermediate_dtype (unset in the Args when equal to dtype)
   int M = 37, k = 2, E = 8;        // tokens, top_k, local experts
   int64_t K = 72, N = 40;          // A's input width, slice width
   int S = 2;                       // slices (2 gated w13, 1 non-gated / w2)
@@ -80,7 +80,7 @@ struct MoeProblem {
   FusedMoeLoraArgs args(void* y) const {
     FusedMoeLoraArgs a;
     a.dtype = c.dtype;
-    a.intermediate_dtype = c.inter;
+    if (c.inter != c.dtype) a.intermediate_dtype = c.inter;  // else the default: the output dtype
     a.num_tokens = c.M;
     a.top_k = c.k;
     a.hidden = c.K;
