@@ -117,6 +117,17 @@ int main(int argc, char** argv) {
     c.name = "bs128"; c.inter = c.dtype; c.bs = 128; c.M = 300; c.E = 4; c.ranks = {16, 16}; c.K = 64; c.N = 48; fused_case(c);
     c.name = "rank64"; c.bs = 16; c.M = 50; c.E = 8; c.ranks = {64, 32, 64}; c.K = 256; c.N = 300; c.w2 = true; c.S = 1; fused_case(c);
   }
+  for (int M : {100, 4096})  // vLLM's alignment matrix corners (SPEC §6.4)
+    for (int E : {64, 512})
+      for (int L : {2, 32}) {
+        MoeCase c;
+        c.name = "align_M" + std::to_string(M) + "_E" + std::to_string(E) + "_L" + std::to_string(L);
+        c.M = M; c.k = 6; c.E = E; c.bs = 16; c.ranks.assign(std::size_t(L), 1); c.none_pct = 0; c.K = 8; c.N = 8; c.S = 1;
+        align_only(c);
+        c.name += "_mixed"; c.none_pct = 50; c.disabled = {0}; c.lora_ids_mode = 2; c.expert_map = 2 * E <= kMoeAlignMaxExperts; c.oor_pct = 10;
+        align_only(c);
+      }
+  std::printf("alignment matrix done: %d checks, %d fails\n", total, fails);
   if (big) {
     MoeCase c; c.name = "vllm_like"; c.M = 100; c.k = 6; c.E = 64; c.K = 2048; c.N = 1408; c.S = 1; c.ranks = {16, 16, 16, 16}; c.none_pct = 0; c.disabled = {};
     fused_case(c);
