@@ -1,0 +1,137 @@
+// The MoE LoRA kernels run on the CPU through block_emu.h (moe_emu_check.sh builds this) against the
+// Eigen reference: the alignment's order-free contract, the fused op's one call and split (the
+// intermediate and a bit-equal y), NaN padding, add_lora_w13 / add_lora_w2 with the path rule, on the
+// GPU tests' odd-shape grid (moetest::odd_fused_cases) and a few more. Exit 1 on any failure.
+#include <cstdio>
+#include <string>
+#include "kernels/fused_moe_lora/fused_moe_lora.h"
+#include "kernels/fused_moe_lora/moe_test_util.h"
+#include "reference/moe_reference.h"
+using namespace punica::kernels;
+using namespace punica::kernels::moetest;
+namespace ref = punica::ref;
+static int fails = 0, total = 0;
+#define CHECK(cond, msg) do { ++total; if (!(cond)) { ++fails; std::printf("FAIL %s: %s\n", c.name.c_str(), std::string(msg).c_str()); } } while (0)
+
+// emulated alignment into copies of p's poisoned buffers
+struct EmuRouting { std::vector<int32_t> s, e, n; MoeLoraRouting r; };
+EmuRouting emu_align(const MoeProblem& p) {
+  EmuRouting x{p.sorted, p.eids, p.ntpp, {}};
+  MoeLoraAlignArgs a = p.align_args();
+  a.sorted_token_ids = x.s.data(); a.expert_ids = x.e.data(); a.num_tokens_post_pad = x.n.data();
+  launch_moe_lora_align(a, nullptr);
+  x.r.naive = p.c.naive; x.r.block_size = p.c.bs; x.r.max_padded = p.P;
+  x.r.sorted_token_ids = x.s.data(); x.r.expert_ids = x.e.data(); x.r.num_tokens_post_pad = x.n.data();
+  x.r.lora_ids = p.lora_ids_ptr();
+  return x;
+}
+MoeLoraRouting ref_align(MoeProblem& p) {
+  MoeLoraAlignArgs a = p.align_args();
+  a.sorted_token_ids = p.sorted.data(); a.expert_ids = p.eids.data(); a.num_tokens_post_pad = p.ntpp.data();
+  ref::moe_lora_align(a);
+  MoeLoraRouting r; r.naive = p.c.naive; r.block_size = p.c.bs; r.max_padded = p.P;
+  r.sorted_token_ids = p.sorted.data(); r.expert_ids = p.eids.data(); r.num_tokens_post_pad = p.ntpp.data();
+  r.lora_ids = p.lora_ids_ptr();
+  return r;
+}
+
+void fused_case(const MoeCase& c) {
+  MoeProblem p = make_problem(c);
+  const MoeProblem p0 = p;  // poisoned routing buffers
+  EmuRouting er = emu_align(p);
+  {
+    MoeLoraAlignArgs a = p.align_args();
+    CHECK(ref::check_moe_lora_align(a, er.s.data(), er.e.data(), er.n.data(), p0.sorted.data(), p0.eids.data(), p0.ntpp.data()) == "", "align contract: " + ref::check_moe_lora_align(a, er.s.data(), er.e.data(), er.n.data(), p0.sorted.data(), p0.eids.data(), p0.ntpp.data()));
+  }
+  MoeLoraRouting rr = ref_align(p);
+  Tensor yref = p.y0, ygot = p.y0;
+  auto h = p.args(yref.data()); h.routing = rr; ref::add_lora_fused_moe(h);
+  auto g = p.args(ygot.data()); g.routing = er.r; launch_add_lora_fused_moe(g, nullptr);
+  std::string rep;
+  const auto written = written_mask(p);
+  CHECK(compare_y(ygot, yref, p.y0, written, rtol_for(c.dtype), rep) == 0, "one call:" + rep);
+  // split
+  Tensor inter(c.inter, std::size_t(c.S) * p.numel * p.R);
+  for (std::size_t i = 0; i < inter.n; ++i) inter.set(i, NAN);
+  Tensor rint = inter, y2 = p.y0;
+  g.intermediate = inter.data(); g.y = y2.data();
+  launch_fused_moe_lora_shrink(g, nullptr);
+  launch_fused_moe_lora_expand(g, nullptr);
+  h.intermediate = rint.data(); ref::fused_moe_lora_shrink(h);
+  std::vector<uint8_t> all(inter.n, 1);
+  std::string rep2;
+  CHECK(compare_y(inter, rint, rint, all, rtol_for(c.inter == punica::kernels::DType::f32 ? c.dtype : c.inter), rep2) == 0, "intermediate:" + rep2);
+  std::size_t diff = 0;
+  for (std::size_t i = 0; i < y2.n; ++i) diff += y2.bits(i) != ygot.bits(i);
+  CHECK(diff == 0, "split differs from one call: " + std::to_string(diff));
+}
+
+void align_only(const MoeCase& c) {
+  MoeProblem p = make_problem(c);
+  EmuRouting er = emu_align(p);
+  MoeLoraAlignArgs a = p.align_args();
+  const std::string m = ref::check_moe_lora_align(a, er.s.data(), er.e.data(), er.n.data(), p.sorted.data(), p.eids.data(), p.ntpp.data());
+  CHECK(m == "", "align contract: " + m);
+}
+
+void w13_case_run(int M, bool emap, int S) {
+  const MoeCase c = w13_case("w13_M" + std::to_string(M) + (emap ? "_emap" : "") + "_S" + std::to_string(S), M, emap, 200, 56, S, 32);
+  MoeProblem p = make_problem(c);
+  std::vector<int32_t> s = p.sorted, e = p.eids, n = p.ntpp, hs = p.sorted, he = p.eids, hn = p.ntpp;
+  Tensor y = p.y0, yref = p.y0;
+  AddLoraW13Args w;
+  w.op = p.args(y.data());
+  w.topk_ids = p.topk.data();
+  w.expert_map = emap ? p.emap.data() : nullptr;
+  w.num_experts_global = p.Eg;
+  w.block_size = c.bs;
+  w.lora_ids = p.lora_ids.data();
+  w.sorted_token_ids = s.data(); w.expert_ids = e.data(); w.num_tokens_post_pad = n.data();
+  const MoeLoraRouting r = launch_add_lora_w13(w, nullptr);
+  AddLoraW13Args hw = w;
+  hw.op.y = yref.data();
+  hw.sorted_token_ids = hs.data(); hw.expert_ids = he.data(); hw.num_tokens_post_pad = hn.data();
+  const MoeLoraRouting hr = ref::add_lora_w13(hw);
+  CHECK(r.naive == (M == 2 && !emap), "path");
+  CHECK(w13_w2_mismatch(y, yref, p, r.naive) == "", w13_w2_mismatch(y, yref, p, r.naive));
+  const MoeProblem p2 = w2_problem_after(p);
+  Tensor y2 = p2.y0, y2ref = p2.y0;
+  auto a2 = p2.args(y2.data()); a2.routing = r; launch_add_lora_w2(a2, nullptr);
+  auto h2 = p2.args(y2ref.data()); h2.routing = hr; ref::add_lora_w2(h2);
+  CHECK(w13_w2_mismatch(y2, y2ref, p2, r.naive) == "", w13_w2_mismatch(y2, y2ref, p2, r.naive));
+}
+
+int main(int argc, char** argv) {
+  const bool big = argc > 1;
+  for (MoeCase c : odd_fused_cases()) {
+    fused_case(c);
+    c.nan_pad = true; c.name += "_nan"; fused_case(c);
+  }
+  std::printf("odd cases done: %d checks, %d fails\n", total, fails);
+  for (int M : {2, 64, 300}) for (bool emap : {false, true}) for (int S : {2, 1}) w13_case_run(M, emap, S);
+  std::printf("w13/w2 done: %d checks, %d fails\n", total, fails);
+  {
+    MoeCase c; c.name = "zero"; c.M = 0; fused_case(c); c.naive = true; fused_case(c);
+    c.name = "max_experts"; c.naive = false; c.M = 300; c.k = 8; c.E = kMoeAlignMaxExperts; align_only(c);
+    c.name = "rank_scalar_f32inter"; c.M = 37; c.E = 8; c.k = 2; c.inter = punica::kernels::DType::f32; c.ranks = {7, 3, 0, 7}; c.K = 9; c.N = 5; fused_case(c);
+    c.name = "bs128"; c.inter = c.dtype; c.bs = 128; c.M = 300; c.E = 4; c.ranks = {16, 16}; c.K = 64; c.N = 48; fused_case(c);
+    c.name = "rank64"; c.bs = 16; c.M = 50; c.E = 8; c.ranks = {64, 32, 64}; c.K = 256; c.N = 300; c.w2 = true; c.S = 1; fused_case(c);
+  }
+  for (int M : {100, 4096})  // vLLM's alignment matrix corners (SPEC §6.4)
+    for (int E : {64, 512})
+      for (int L : {2, 32}) {
+        MoeCase c;
+        c.name = "align_M" + std::to_string(M) + "_E" + std::to_string(E) + "_L" + std::to_string(L);
+        c.M = M; c.k = 6; c.E = E; c.bs = 16; c.ranks.assign(std::size_t(L), 1); c.none_pct = 0; c.K = 8; c.N = 8; c.S = 1;
+        align_only(c);
+        c.name += "_mixed"; c.none_pct = 50; c.disabled = {0}; c.lora_ids_mode = 2; c.expert_map = 2 * E <= kMoeAlignMaxExperts; c.oor_pct = 10;
+        align_only(c);
+      }
+  std::printf("alignment matrix done: %d checks, %d fails\n", total, fails);
+  if (big) {
+    MoeCase c; c.name = "vllm_like"; c.M = 100; c.k = 6; c.E = 64; c.K = 2048; c.N = 1408; c.S = 1; c.ranks = {16, 16, 16, 16}; c.none_pct = 0; c.disabled = {};
+    fused_case(c);
+  }
+  std::printf("TOTAL %d checks, %d fails\n", total, fails);
+  return fails ? 1 : 0;
+}
