@@ -11,7 +11,7 @@
 
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
 #include "kernels/fused_moe_lora/moe_gpu_test_util.h"
-#include "kernels/lora_shrink/lora_test_util.h"
+#include "kernels/common/test_util.h"
 #include "reference/moe_reference.h"
 
 namespace punica::kernels {

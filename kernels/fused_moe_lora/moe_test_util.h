@@ -12,6 +12,7 @@
 #include <ostream>
 #include <string>
 #include <vector>
+#include "kernels/common/check.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/hash_rng.h"
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
@@ -293,37 +294,21 @@ inline std::vector<MoeCase> odd_fused_cases() {
   return v;
 }
 
-inline float rtol_for(DType t) { return t == DType::bf16 ? 1e-2f : t == DType::f16 ? 5e-3f : 1e-5f; }
-
-// DESIGN §6 comparison over the written elements; the others must be bit-equal to y0.
-// Returns the number of wrong elements and appends a report.
+// The DESIGN §6 comparison (kernels/common/check.h, the kit the bench and every test share) over the
+// written elements; the others must stay bit-equal to y0. Returns the number of wrong elements and
+// appends a report.
 inline std::size_t compare_y(const Tensor& got, const Tensor& ref, const Tensor& y0, const std::vector<uint8_t>& written,
-                             float rtol, std::string& report) {
-  double ss = 0;
-  std::size_t cnt = 0;
-  for (std::size_t i = 0; i < ref.n; ++i)
-    if (written[i]) { ss += double(ref.get(i)) * ref.get(i); ++cnt; }
-  const double atol = rtol * (cnt ? std::sqrt(ss / double(cnt)) : 0.0);
-  std::size_t wrong = 0;
-  double max_abs = 0;
-  for (std::size_t i = 0; i < ref.n; ++i) {
-    bool ok;
-    if (written[i]) {
-      const double d = std::fabs(double(got.get(i)) - ref.get(i));
-      ok = d <= atol + rtol * std::fabs(ref.get(i));
-      if (d > max_abs || std::isnan(d)) max_abs = d;
-    } else {
-      ok = got.bits(i) == y0.bits(i);
-    }
-    if (!ok) {
-      if (wrong < 5)
-        report += " [" + std::to_string(i) + (written[i] ? "" : " untouched") + "] got " + std::to_string(got.get(i)) +
-                  " ref " + std::to_string(ref.get(i)) + ";";
-      ++wrong;
-    }
-  }
-  report += " max_abs=" + std::to_string(max_abs) + " written=" + std::to_string(cnt);
-  return wrong;
+                             double rtol, std::string& report) {
+  CheckSpec spec;
+  spec.dtype = ref.dt;
+  spec.n = ref.n;
+  spec.y0 = y0.data();
+  spec.keep = [&](std::size_t i) { return !written[i]; };
+  spec.name = "y";
+  const CheckResult r = check_close(got.data(), ref.data(), rtol, spec);
+  for (const auto& m : r.first_mismatches) report += " " + m + ";";
+  report += " max_abs=" + std::to_string(r.max_abs_err) + " nelems=" + std::to_string(r.nelems);
+  return r.nwrong;
 }
 
 // An add_lora_w13 case of the w13 / w2 tests: top_k 4 of 16 experts, 5 slots, 10% out-of-range ids.
