@@ -51,6 +51,14 @@ case "$PROFILE" in
     for tool in memcheck racecheck initcheck; do
       step "sanitizer_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q
     done
+    # The MoE kernels (not yet reached through the bench's registry) under the sanitizers, on their
+    # odd-shape cases and the w13 -> w2 chain.
+    for tool in memcheck racecheck initcheck; do
+      step "sanitizer_moe_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fused_moe_lora_test" \
+        --gtest_filter='Cases/FusedMoeLoraOdd.MatchesReference/*:AddLoraW13W2.*'
+      step "sanitizer_moe_align_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/moe_lora_align_test" \
+        --gtest_filter='Cases/MoeLoraAlign.HoldsTheOrderFreeContract/1*:MoeLoraAlignEdge.*'
+    done
     step check_smoke $PB check --backend cuda -o "$OUT/check_smoke.json" --overwrite scenarios/smoke.json
     step check_smoke_nan_padding $PB check --backend cuda -q --nan-padding scenarios/smoke.json
     # every shrink / expand kind that --kernel can name, each over the smoke scenario with NaN padding
