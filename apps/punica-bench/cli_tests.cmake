@@ -19,6 +19,10 @@ pb_test(cli_run_help ${EXPECT} 0 "--sample-rows" -- ${PB} run --help)
 pb_test(cli_no_subcommand ${EXPECT} 2 - -- ${PB})
 pb_test(cli_bad_flag ${EXPECT} 2 - -- ${PB} run --no-such-flag)
 pb_test(cli_info ${EXPECT} 0 "ops:" -- ${PB} info)
+# A case too large for the backend's memory is a skip with the bytes, before any work (exit 4: nothing ran).
+pb_test(bad_input_too_large ${EXPECT} 4 "needs ~[0-9.]+ GB of host memory, [0-9.]+ GB available" --
+        ${PB} check --backend cpu ${TD}/too_large.json)
+set_tests_properties(bad_input_too_large PROPERTIES TIMEOUT 20)
 # The committed scenario schema is `punica-bench schema`'s output (generated from the registry).
 pb_test(cli_schema_committed sh -c "\"$1\" schema | diff -u \"$2\" - && echo schema-ok" sh ${PB}
         ${SC}/schema/scenario.schema.json)

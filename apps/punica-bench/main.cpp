@@ -194,6 +194,26 @@ int cmd_info() {
   return 0;
 }
 
+// Before any case runs: a case whose tensors (with the host copies the check keeps: about three
+// copies in all) cannot fit in the backend's available memory is a skip naming the bytes needed
+// and the bytes available, instead of an allocation failure minutes into the run.
+void skip_cases_too_large(std::vector<Case>& cases, const Backend& be, bool say) {
+  const double avail = double(be.free_memory_bytes());
+  int n = 0;
+  for (auto& c : cases) {
+    if (!c.skip_reason.empty()) continue;
+    const double need = 3.0 * case_bytes_needed(c);
+    if (need <= avail) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "needs ~%.3g GB of %s memory, %.3g GB available", need / 1e9,
+                  be.name() == "cuda" ? "GPU" : "host", avail / 1e9);
+    c.skip_reason = buf;
+    if (say && n < 5) std::fprintf(stderr, "# too large, skipped: %s: %s\n", c.id.c_str(), buf);
+    ++n;
+  }
+  if (say && n > 5) std::fprintf(stderr, "# too large, skipped: %d cases in all\n", n);
+}
+
 int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::string>& argv) {
   std::vector<Scenario> scen;
   auto cases = select_cases(o, scen);  // bad input fails before any rank starts work
@@ -221,6 +241,7 @@ int cmd_check_run(const CommonOpts& o, bool timing, const std::vector<std::strin
     be = make_cpu_backend(&dist);
   }
   be->set_kernel_choice(kchoice);  // a usage error on the cpu backend when a kernel is named
+  skip_cases_too_large(cases, *be, root && !o.quiet);
   if (kchoice.any() && root && !o.quiet)
     std::fprintf(stderr, "# --kernel: lora_shrink %s, lora_expand %s (not the automatic choice)\n",
                  shrink_kernel_name(kchoice.shrink).c_str(), expand_kernel_name(kchoice.expand).c_str());

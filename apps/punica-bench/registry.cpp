@@ -7,6 +7,7 @@
 
 #include "apps/punica-bench/problem.h"
 #include "apps/punica-bench/scenario.h"
+#include "kernels/common/dtype.h"
 #include "kernels/common/error.h"
 
 namespace punica::bench {
@@ -62,6 +63,22 @@ std::vector<std::string> field_owners(const std::string& field) {
     if (std::find(s->exclusive_fields.begin(), s->exclusive_fields.end(), field) != s->exclusive_fields.end())
       v.push_back(s->name);
   return v;
+}
+
+double case_bytes_needed(const Case& c) {
+  const OpSpec* s = find_op(c.op);
+  if (s != nullptr && s->bytes_needed) return s->bytes_needed(c);
+  const double es = double(kernels::dtype_size(c.dtype)), T = double(c.num_tokens), H = double(c.hidden);
+  const double L = double(c.max_loras), r = double(c.max_rank), S = double(std::max<std::size_t>(1, c.slices.size()));
+  double N = 0;
+  for (auto n : c.slices) N += double(n);
+  const double V = double(c.vocab), O = double(c.out_features);
+  double b = es * (T * H + S * L * r * H + L * N * r + T * (N + 64 * S));  // x, A, B, y (+ guards)
+  b += 4.0 * S * T * r + 64.0 * (T + L + 8);                                // intermediate, metadata
+  b += es * (L * (V + H) * r + T * (V + H));                                // embedding / logits tables
+  b += es * L * O * (H + 1) + es * T * O;                                   // full-linear heads
+  if (!c.layer.empty()) b += es * (N * H + V * H);                          // the base weights
+  return b;
 }
 
 std::unique_ptr<Problem> make_problem(const Case& c, const ProblemOptions& o) {

@@ -62,6 +62,9 @@ struct OpSpec {
   std::function<void(CaseContext&)> applicable;
   // Case -> problem (tensors deterministic from seed and case id).
   std::function<std::unique_ptr<Problem>(const Case&, const BatchLayout&, const ProblemOptions&)> make;
+  // Bytes of the case's tensors (inputs, outputs, workspaces), for the size check before any case
+  // runs; unset = the generic estimate of case_bytes_needed.
+  std::function<double(const Case&)> bytes_needed;
   // `--kernel` kinds this op takes ("auto" first; empty = none), for `info`.
   std::function<std::vector<std::string>()> kernel_kinds;
   // The kernel plan a case runs (recorded in its result); empty = the op has one path.
@@ -81,5 +84,9 @@ bool is_registered_op(const std::string& op);
 std::vector<FieldSpec> registered_op_fields();
 // The ops that list `field` among their exclusive fields (empty: any op may set it).
 std::vector<std::string> field_owners(const std::string& field);
+// An estimate (from above) of the bytes one copy of the case's tensors takes: the entry's own, or a
+// generic one from the shared fields (x, stacked A and B, y with guard columns, the intermediate,
+// for layers the base weights).
+double case_bytes_needed(const Case& c);
 
 }  // namespace punica::bench

@@ -24,7 +24,17 @@ class CpuBackend final : public Backend {
     return {{"name", "cpu"}, {"threads", int(std::thread::hardware_concurrency())}};
   }
   std::size_t l2_bytes() const override { return 0; }
-  std::size_t free_memory_bytes() const override { return std::size_t(8) << 30; }
+  // The host's available memory (MemAvailable), what the case-size check weighs cases against.
+  std::size_t free_memory_bytes() const override {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    std::size_t kb = 0;
+    while (f >> key >> kb) {
+      if (key == "MemAvailable:") return kb * 1024;
+      f.ignore(256, '\n');
+    }
+    return std::size_t(8) << 30;  // no /proc: assume 8 GiB
+  }
 
   void* alloc(std::size_t bytes) override {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
