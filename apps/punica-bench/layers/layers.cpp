@@ -23,6 +23,7 @@
 #include <thread>
 #include "apps/punica-bench/dist.h"
 #include "apps/punica-bench/ops/exec.h"
+#include "apps/punica-bench/ops/op_kit.h"
 #include "kernels/common/error.h"
 #include "kernels/common/hash_rng.h"
 
@@ -104,7 +105,7 @@ using kernels::DType;
 using kernels::round_to;
 
 double base_rtol(DType t) { return t == DType::f32 ? 1e-5 : t == DType::f16 ? 5e-3 : 1e-2; }
-uint32_t nan_bits(DType t) { return t == DType::f32 ? 0x7fc00000u : t == DType::f16 ? 0x7e00u : 0x7fc0u; }
+using kernels::nan_bits;
 
 // Runs fn(begin, end) over [0, n) on several threads (the host reference of big GPU cases, where
 // regenerating the full weights from the hash dominates: a 2-rank run on the 32-core 2xH200 machine
@@ -133,27 +134,21 @@ double dot(const float* a, const float* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
-// The counter-hash generator (the same values as problem.cpp's Builder: key(seed, case, name),
-// uniform [-1,1) x scale, or small integers in --exact mode), rounded to the dtype as stored.
+// The inputs' generator (op_kit.h's HashValues, the one the op entries' Builder uses), rounded to
+// the dtype as stored, evaluated at GLOBAL indices so that a shard equals the slice of the full tensor.
 class Gen {
  public:
-  Gen(const Case& c, const ProblemOptions& o)
-      : seed_(c.seed), case_hash_(hash_string(c.id)), exact_(o.exact), nan_padding_(o.nan_padding), dt_(c.dtype) {}
-  uint64_t key(const std::string& name) const { return hash_key(seed_, case_hash_, hash_string(name)); }
-  float value(uint64_t k, uint64_t i, float scale) const {
-    return round_to(dt_, exact_ ? hash_small_int(k, i) : hash_uniform(k, i) * scale);
-  }
-  // Stacked adapter element at global flat index i whose rank index is rank_index: zero (or NaN
-  // with --nan-padding) past the slot's true rank, zero for a None sub-LoRA.
+  Gen(const Case& c, const ProblemOptions& o) : h_(c, o), dt_(c.dtype) {}
+  uint64_t key(const std::string& name) const { return h_.key(name); }
+  float value(uint64_t k, uint64_t i, float scale) const { return round_to(dt_, h_.value(k, i, scale)); }
   float stacked(uint64_t k, uint64_t i, float scale, int rank_index, int slot_rank, bool none) const {
-    if (rank_index >= slot_rank) return nan_padding_ ? std::nanf("") : 0.0f;
-    return none ? 0.0f : value(k, i, scale);
+    if (rank_index >= slot_rank || none) return h_.stacked(k, i, scale, rank_index, slot_rank, none);
+    return value(k, i, scale);
   }
-  bool nan_padding() const { return nan_padding_; }
+  bool nan_padding() const { return h_.nan_padding(); }
 
  private:
-  uint64_t seed_, case_hash_;
-  bool exact_, nan_padding_;
+  HashValues h_;
   DType dt_;
 };
 

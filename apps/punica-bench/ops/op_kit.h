@@ -12,6 +12,7 @@
 #include "apps/punica-bench/registry.h"
 #include "kernels/common/error.h"
 #include "kernels/common/hash_rng.h"
+#include "kernels/common/host_tensor.h"
 #include "kernels/lora_meta/lora_meta.h"
 #include "reference/lora_reference.h"
 
@@ -29,17 +30,38 @@ using kernels::DType;
 // Odd windows (hidden 2049, offsets) still exercise the unaligned paths.
 constexpr int64_t kGuardCols = 64;
 
-inline uint32_t nan_bits(DType t) { return t == DType::f32 ? 0x7fc00000u : t == DType::f16 ? 0x7e00u : 0x7fc0u; }
+using kernels::nan_bits;
+
+// The inputs' values (DESIGN §4): the counter hash of (seed, case id, tensor name, index), uniform
+// in [-1, 1) x scale, or small integers in --exact mode; stacked weights zero (NaN with
+// --nan-padding) past a slot's true rank. The one generator of the op entries' Builder and the
+// layers (which evaluate it at global indices of their shards).
+class HashValues {
+ public:
+  HashValues(const Case& c, const ProblemOptions& o)
+      : seed_(c.seed), case_hash_(hash_string(c.id)), exact_(o.exact), nan_padding_(o.nan_padding) {}
+  uint64_t key(const std::string& name) const { return hash_key(seed_, case_hash_, hash_string(name)); }
+  float value(uint64_t k, uint64_t i, float scale) const {
+    return exact_ ? hash_small_int(k, i) : hash_uniform(k, i) * scale;
+  }
+  // Stacked adapter element at flat index i whose rank index is rank_index.
+  float stacked(uint64_t k, uint64_t i, float scale, int64_t rank_index, int slot_rank, bool none) const {
+    if (rank_index >= slot_rank) return nan_padding_ ? std::nanf("") : 0.0f;
+    return none ? 0.0f : value(k, i, scale);
+  }
+  bool nan_padding() const { return nan_padding_; }
+
+ private:
+  uint64_t seed_, case_hash_;
+  bool exact_, nan_padding_;
+};
 
 class Builder {
  public:
-  Builder(const Case& c, const ProblemOptions& o, std::vector<HostTensor>& out)
-      : c_(c), o_(o), out_(out), case_hash_(hash_string(c.id)) {}
+  Builder(const Case& c, const ProblemOptions& o, std::vector<HostTensor>& out) : h_(c, o), out_(out) {}
 
-  uint64_t key(const std::string& name) const { return hash_key(c_.seed, case_hash_, hash_string(name)); }
-  float value(uint64_t k, uint64_t i, float scale) const {
-    return o_.exact ? hash_small_int(k, i) : hash_uniform(k, i) * scale;
-  }
+  uint64_t key(const std::string& name) const { return h_.key(name); }
+  float value(uint64_t k, uint64_t i, float scale) const { return h_.value(k, i, scale); }
   int add(HostTensor t) { out_.push_back(std::move(t)); return int(out_.size()) - 1; }
 
   // Dense random tensor.
@@ -94,19 +116,14 @@ class Builder {
         for (int64_t j = 0; j < d2; ++j) {
           std::size_t idx = (std::size_t(l) * d1 + i) * d2 + j;
           int64_t rank_index = rank_rows ? i : j;
-          float v;
-          if (rank_index >= slot_rank[l]) v = o_.nan_padding ? std::nanf("") : 0.0f;
-          else v = none ? 0.0f : value(k, idx, scale);
-          kernels::store_elem(t.data.data(), dt, idx, v);
+          kernels::store_elem(t.data.data(), dt, idx, h_.stacked(k, idx, scale, rank_index, slot_rank[l], none));
         }
     return add(std::move(t));
   }
 
  private:
-  const Case& c_;
-  const ProblemOptions& o_;
+  HashValues h_;
   std::vector<HostTensor>& out_;
-  uint64_t case_hash_;
 };
 
 using MetaIdx = MetaTensors;
