@@ -97,6 +97,39 @@ ColumnPlan column_plan(const Case& c, int tp, int rho) {
   return p;
 }
 
+std::vector<ExpectedColumn> vllm_expected_columns(const Case& c, int tp, int rho) {
+  // Written apart from column_plan, from vLLM's rules per output row, so that a wrong mapping in the
+  // layer (the plan it shards and launches with) fails the scenario check instead of agreeing with it.
+  std::vector<ExpectedColumn> out;
+  const std::string& l = c.layer;
+  if (l == "replicated") { tp = 1; rho = 0; }
+  if (l == "qkv" || l == "merged_qkv") {
+    // QKVParallelLinear: rank rho owns q heads [rho nh/tp, (rho+1) nh/tp) and max(1, nkv/tp) kv heads
+    // from head floor(rho nkv / tp) (kv heads replicated over tp/nkv ranks when tp > nkv).
+    const int64_t d = c.head_dim, q_all = int64_t(c.num_heads) * d, kv_all = int64_t(c.num_kv_heads) * d;
+    const int q_heads = c.num_heads / tp, kv_heads = std::max(1, c.num_kv_heads / tp);
+    const int kv_first = int(int64_t(rho) * c.num_kv_heads / tp);
+    const bool one_lora = l == "qkv";
+    for (int h = rho * q_heads; h < (rho + 1) * q_heads; ++h)
+      for (int64_t e = 0; e < d; ++e) out.push_back({0, h * d + e, h * d + e});
+    for (int part = 1; part <= 2; ++part)  // k, then v
+      for (int h = kv_first; h < kv_first + kv_heads; ++h)
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t packed = q_all + (part - 1) * kv_all + h * d + e;
+          out.push_back({one_lora ? 0 : part, one_lora ? packed : h * d + e, packed});
+        }
+    return out;
+  }
+  // Column / MergedColumnParallelLinear: each output (slice) split evenly, rank rho's block of each.
+  int64_t packed0 = 0;
+  for (std::size_t s = 0; s < c.slices.size(); ++s) {
+    const int64_t n = c.slices[s] / tp;
+    for (int64_t i = rho * n; i < (rho + 1) * n; ++i) out.push_back({int(s), i, packed0 + i});
+    packed0 += c.slices[s];
+  }
+  return out;
+}
+
 }  // namespace layers
 
 namespace {
@@ -427,30 +460,41 @@ class ColumnLayer final : public LayerProblem {
     for (auto& sl : plan_.slices) lora_used[std::size_t(sl.lora)] = 1;
     for (std::size_t i = 0; i < U.size(); ++i)
       if (lora_used[i]) U[i] = ref_shrink("lora_a." + std::to_string(i), is_none(int(i)), rows, X, K_);
-    // Column -> (slice, local index in the slice).
-    std::vector<std::pair<int, int64_t>> where;
-    for (int s = 0; s < S_; ++s)
-      for (int64_t j = 0; j < plan_.slices[std::size_t(s)].width(); ++j) where.push_back({s, j});
+    // Each local column's expectation from vLLM's rules, not from the layer's own plan_ (a wrong
+    // shard mapping in the layer then fails the check). Full sub-LoRA widths likewise from the case.
+    const std::vector<layers::ExpectedColumn> expect = layers::vllm_expected_columns(c_, tp_, rho_);
+    void* y = p[y_];
+    if (int64_t(expect.size()) != N_) {  // the layer's output width is wrong: every element fails
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        for (int64_t c = 0; c < N_; ++c) kernels::store_elem(y, dtype, std::size_t(rows[i] * N_ + c), std::nanf(""));
+      return;
+    }
+    std::vector<int64_t> lora_width = c_.slices;  // merged: one sub-LoRA per slice
+    if (c_.layer == "qkv" || c_.layer == "replicated" || c_.layer == "column") {
+      int64_t all = 0;
+      for (auto n : c_.slices) all += n;
+      lora_width = {all};
+    }
+    for (std::size_t i = 0; i < U.size() && i < lora_width.size(); ++i)
+      if (!lora_used[i] && U[i].empty()) U[i] = ref_shrink("lora_a." + std::to_string(i), is_none(int(i)), rows, X, K_);
     const uint64_t kw = g_.key("weight"), kb = g_.key("bias");
     const float ws = 1.0f / std::sqrt(float(K_));
-    void* y = p[y_];
     parallel_for(N_, [&](int64_t c0, int64_t c1) {
       std::vector<float> w(static_cast<std::size_t>(K_));
       for (int64_t c = c0; c < c1; ++c) {
-        const auto& sl = plan_.slices[std::size_t(where[std::size_t(c)].first)];
-        const int64_t j = where[std::size_t(c)].second, wrow = sl.w_rows[std::size_t(j)];
+        const layers::ExpectedColumn& e = expect[std::size_t(c)];
+        const int64_t wrow = e.w_row;
         for (int64_t k = 0; k < K_; ++k) w[std::size_t(k)] = g_.value(kw, uint64_t(wrow * K_ + k), ws);
         const float b = g_.value(kb, uint64_t(wrow), 0.5f);
-        const uint64_t bkey = g_.key("lora_b." + std::to_string(sl.lora));
-        const int64_t Nl = plan_.lora_rows[std::size_t(sl.lora)];
+        const uint64_t bkey = g_.key("lora_b." + std::to_string(e.lora));
+        const int64_t Nl = lora_width[std::size_t(e.lora)];
         for (std::size_t i = 0; i < rows.size(); ++i) {
           const float* xi = X.data() + i * std::size_t(K_);
           double acc = dot(xi, w.data(), K_);
           float v = round_to(dtype, round_to(dtype, float(acc)) + b);  // base GEMM, then its bias
           const int slot = map_[std::size_t(rows[i])];
           if (slot >= 0)
-            v = round_to(dtype, v + ref_delta(bkey, is_none(sl.lora), Nl, sl.b_rows[std::size_t(j)], slot,
-                                              U[std::size_t(sl.lora)][i]));
+            v = round_to(dtype, v + ref_delta(bkey, is_none(e.lora), Nl, e.b_row, slot, U[std::size_t(e.lora)][i]));
           kernels::store_elem(y, dtype, std::size_t(rows[i] * N_ + c), v);
         }
       }

@@ -56,5 +56,14 @@ struct ColumnPlan {
 // tp = 1 for it): every rank owns every row.
 ColumnPlan column_plan(const Case& c, int tp, int rho);
 
+// What rank rho of a column-family layer must output, from vLLM's rules written independently of
+// column_plan (the scenario check's expectation): per local output column, the sub-LoRA it belongs
+// to, its row in that sub-LoRA's full B, and its row in the full packed base weight.
+struct ExpectedColumn {
+  int lora = 0;
+  int64_t b_row = 0, w_row = 0;
+};
+std::vector<ExpectedColumn> vllm_expected_columns(const Case& c, int tp, int rho);
+
 }  // namespace layers
 }  // namespace punica::bench
