@@ -255,44 +255,6 @@ nlohmann::json load_result(const std::string& path) {
   return j;
 }
 
-std::string format_table(const nlohmann::json& doc) {
-  std::ostringstream o;
-  const auto& tool = doc["tool"];
-  o << "# punica-bench " << tool.value("version", "") << " (git " << tool.value("git_sha", "")
-    << (tool.value("git_dirty", false) ? "+dirty" : "") << "), backend " << json_at(doc, {"run", "backend"}).get<std::string>()
-    << ", ranks " << json_at(doc, {"run", "world_size"}) << "\n";
-  o << "# cuda " << tool.value("cuda_runtime", "") << ", nccl " << tool.value("nccl", "") << ", mpi "
-    << json_at(doc, {"run", "mpi"}).get<std::string>() << "\n";
-  for (auto& d : doc["devices"])
-    o << "# rank " << d.value("rank", 0) << ": " << d.value("host", "") << " " << d.value("name", "")
-      << (d.contains("pci_bus_id") ? " " + d["pci_bus_id"].get<std::string>() : "") << "\n";
-  const auto& c = json_at(doc, {"run", "ceilings"});
-  o << "# ceilings: copy " << num(c["copy_gb_per_s"]) << " GB/s, bf16 gemm " << num(c["gemm_bf16_tflops"])
-    << " TFLOP/s, graph node " << num(c["graph_node_us"]) << " us\n";
-  char line[512];
-  std::snprintf(line, sizeof line, "%-6s %-24s %7s %5s %8s %9s %10s %10s %10s %7s %9s %7s  %s\n", "status", "op",
-                "tokens", "dtype", "nwrong", "max_rel", "time_us", "batch_us", "floor_us", "floor%", "GB/s",
-                "xcuBLAS", "id");
-  o << line;
-  for (auto& r : doc["cases"]) {
-    std::string ff = json_at(r, {"metrics", "floor_fraction"}).is_number()
-                         ? num(json_at(r, {"metrics", "floor_fraction"}).get<double>() * 100, 3) : "-";
-    std::snprintf(line, sizeof line, "%-6s %-24s %7s %5s %8s %9s %10s %10s %10s %7s %9s %7s  %s\n",
-                  r.value("status", "").c_str(), r.value("op", "").c_str(),
-                  num(json_at(r, {"params", "num_tokens"}), 7).c_str(),
-                  json_at(r, {"params", "dtype"}).is_string() ? json_at(r, {"params", "dtype"}).get<std::string>().c_str() : "-",
-                  num(json_at(r, {"check", "nwrong"}), 8).c_str(), num(json_at(r, {"check", "max_rel_err"}), 2).c_str(),
-                  num(json_at(r, {"timing", "time_us", "median"})).c_str(), num(json_at(r, {"timing", "batch_time_us"})).c_str(),
-                  num(json_at(r, {"work", "floor_us"})).c_str(), ff.c_str(), num(json_at(r, {"metrics", "gb_per_s"})).c_str(),
-                  num(json_at(r, {"metrics", "speedup_vs_cublas"}), 3).c_str(), r.value("id", "").c_str());
-    o << line;
-  }
-  const auto& s = doc["summary"];
-  o << "# cases " << s.value("cases", 0) << ": pass " << s.value("pass", 0) << ", fail " << s.value("fail", 0)
-    << ", skip " << s.value("skip", 0) << ", error " << s.value("error", 0) << "; exit code " << s.value("exit_code", 0)
-    << "\n";
-  return o.str();
-}
 
 std::string export_gbench(const nlohmann::json& doc) {
   char host[256] = {0};
@@ -414,48 +376,5 @@ std::string export_gha(const nlohmann::json& doc, bool time) {
   return out.dump(2) + "\n";
 }
 
-CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, double threshold_pct) {
-  CompareReport rep;
-  std::map<std::string, const nlohmann::json*> base;
-  for (auto& r : a["cases"]) base[r.value("id", "")] = &r;
-  std::ostringstream o;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-10s %12s %12s %9s  %s\n", "verdict", "A_us", "B_us", "change%", "id");
-  o << line;
-  for (auto& r : b["cases"]) {
-    auto it = base.find(r.value("id", ""));
-    if (it == base.end()) continue;
-    ++rep.matched;
-    const auto& ra = *it->second;
-    std::string verdict = "same";
-    double ta = json_at(ra, {"timing", "time_us", "median"}).is_number() ? json_at(ra, {"timing", "time_us", "median"}).get<double>() : -1;
-    double tb = json_at(r, {"timing", "time_us", "median"}).is_number() ? json_at(r, {"timing", "time_us", "median"}).get<double>() : -1;
-    double change = (ta > 0 && tb > 0) ? 100.0 * (tb - ta) / ta : 0.0;
-    if (ra.value("status", "") == "pass" && r.value("status", "") != "pass" && r.value("status", "") != "skip") {
-      verdict = "BROKEN";
-      ++rep.regressions;
-    } else if (ta > 0 && tb > 0 && change > threshold_pct) {
-      verdict = "SLOWER";
-      ++rep.regressions;
-    } else if (ta > 0 && tb > 0 && change < -threshold_pct) {
-      verdict = "faster";
-      ++rep.improvements;
-    }
-    std::snprintf(line, sizeof line, "%-10s %12s %12s %9s  %s\n", verdict.c_str(), num(ta > 0 ? nlohmann::json(ta) : nlohmann::json()).c_str(),
-                  num(tb > 0 ? nlohmann::json(tb) : nlohmann::json()).c_str(), (ta > 0 && tb > 0) ? num(change, 3).c_str() : "-",
-                  r.value("id", "").c_str());
-    o << line;
-  }
-  o << "# matched " << rep.matched << ", regressions " << rep.regressions << ", improvements " << rep.improvements
-    << " (threshold " << threshold_pct << "%)\n";
-  // Files from `--kernel` runs time fixed kernels: say so where the two files differ in that.
-  const nlohmann::json na = result_kernels(a), nb = result_kernels(b);
-  if (na != nb) {
-    rep.kernels_differ = true;
-    o << "# note: the files time different kernels (--kernel): A " << na.dump() << ", B " << nb.dump() << "\n";
-  }
-  rep.text = o.str();
-  return rep;
-}
 
 }  // namespace punica::bench

@@ -37,8 +37,6 @@ nlohmann::json case_record(const CaseResult& r);
 void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool overwrite);
 // Loads a result document; Error(usage) naming the file for anything that is not one.
 nlohmann::json load_result(const std::string& path);
-// The human table (stdout): '#' header lines, one row per case, totals.
-std::string format_table(const nlohmann::json& doc);
 std::string export_gbench(const nlohmann::json& doc);
 std::string export_csv(const nlohmann::json& doc);
 std::string export_md(const nlohmann::json& doc);
@@ -48,13 +46,5 @@ std::string export_bmf(const nlohmann::json& doc);
 // failed and skipped cases are omitted (the action charts values blindly).
 std::string export_gha(const nlohmann::json& doc, bool time);
 
-struct CompareReport {
-  std::string text;
-  int regressions = 0, improvements = 0, matched = 0;
-  bool kernels_differ = false;  // run.options.kernels differ (a file without them counts as automatic)
-};
-// Cases matched by id; a regression = B's median time more than threshold_pct slower than A's,
-// or a case that passed in A and fails in B.
-CompareReport compare_results(const nlohmann::json& a, const nlohmann::json& b, double threshold_pct);
 
 }  // namespace punica::bench

@@ -157,24 +157,6 @@ TEST(Exporters, BencherAndGithubActionBenchmark) {
   EXPECT_EQ(gb[0]["unit"], "GB/s");
   EXPECT_TRUE(nlohmann::json::parse(export_gha(doc_with(1, "fail"), true)).empty());
 }
-TEST(Compare, DetectsSlowdownAndBrokenCases) {
-  EXPECT_EQ(compare_results(doc_with(10), doc_with(10.2), 5).regressions, 0);
-  EXPECT_EQ(compare_results(doc_with(10), doc_with(12), 5).regressions, 1);
-  EXPECT_EQ(compare_results(doc_with(10), doc_with(8), 5).improvements, 1);
-  EXPECT_EQ(compare_results(doc_with(10), doc_with(10, "fail"), 5).regressions, 1);
-}
-TEST(Compare, NotesFilesOfDifferentKernels) {
-  auto forced = doc_with(10);
-  forced["run"]["options"]["kernels"] = {{"lora_shrink", "fused_wk"}, {"lora_expand", "auto"}};
-  auto plain = doc_with(10);
-  plain["run"]["options"]["kernels"] = {{"lora_shrink", "auto"}, {"lora_expand", "auto"}};
-  const auto rep = compare_results(doc_with(10), forced, 5);  // a file without the field: automatic
-  EXPECT_TRUE(rep.kernels_differ);
-  EXPECT_NE(rep.text.find("# note: the files time different kernels"), std::string::npos) << rep.text;
-  EXPECT_NE(rep.text.find("fused_wk"), std::string::npos);
-  EXPECT_FALSE(compare_results(doc_with(10), plain, 5).kernels_differ);
-  EXPECT_FALSE(compare_results(forced, forced, 5).kernels_differ);
-}
 TEST(ResultFile, AtomicWriteRefusesExistingAndLoadValidates) {
   namespace fs = std::filesystem;
   std::string p = (fs::temp_directory_path() / ("pb_report_test_" + std::to_string(::getpid()) + ".json")).string();
