@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "apps/punica-bench/registry.h"
 #include "kernels/common/error.h"
 
 namespace punica::bench {
@@ -60,7 +61,11 @@ TEST(Scenario, DefaultScenarioIsSmallAndCoversEverySingleDeviceOp) {
     ids.insert(c.id);
   }
   EXPECT_EQ(ids.size(), s.cases.size());
-  EXPECT_EQ(ops.size(), known_ops().size() - 1);  // all but layer
+  std::set<std::string> want;  // every entry that asks to be in it (the dense single-device ops)
+  for (const OpSpec* o : registered_op_specs())
+    if (o->in_default_scenario) want.insert(o->name);
+  EXPECT_EQ(ops, want);
+  EXPECT_GE(ops.size(), 7u);
   EXPECT_EQ(ops.count("layer"), 0u);
   EXPECT_EQ(s.cases[1].id,
             "decode/lora_shrink/hidden=512/slices=512x128x128/vocab=1024/out_features=8/"
@@ -164,12 +169,15 @@ TEST(Scenario, EveryShippedScenarioLoads) {
   }
   for (const char* f : {"smoke.json", "vllm_kernel_grid.json", "ci_kernel_grid.json",
                         "bench_lora_ops.json", "llama3_8b_decode.json", "llama3_8b_prefill.json",
-                        "ci_layers.json", "layers_llama.json", "bench_sparse_slots.json"})
+                        "ci_layers.json", "layers_llama.json", "bench_sparse_slots.json", "ci_moe.json",
+                        "bench_moe.json"})
     EXPECT_EQ(counts.count(f), 1u) << f;
   EXPECT_EQ(counts["vllm_kernel_grid.json"], 2u * 4 * 4 * 8 * 3 * 2 + 2u * 12 * 3 * 2);
   EXPECT_EQ(counts["bench_lora_ops.json"], 3u * 6 * (2 * 3 * 2 + 3 * 2 + 2));
   EXPECT_EQ(counts["bench_sparse_slots.json"], 2u * 3 * 3 * 3 * (2 * 2 + 2));  // (plain, hinted) x ops x T x adapters x shapes
   EXPECT_EQ(counts["ci_layers.json"], 152u);
+  EXPECT_EQ(counts["ci_moe.json"], 96u);
+  EXPECT_EQ(counts["bench_moe.json"], 3u * (2 * 5 * 2 + 2 * 2 * 2 + 2 * 2 * 2 + 2 * 3 + 2));  // 132
 }
 
 TEST(Scenario, SmokeCoversTheEdgeCases) {
