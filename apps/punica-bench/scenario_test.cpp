@@ -204,6 +204,30 @@ TEST(Scenario, SmokeCoversTheEdgeCases) {
   EXPECT_EQ(dts.size(), 3u);
 }
 
+// SPEC §7.1: deepseek-v2-lite gives the MoE sizes; its MLA attention makes qkv / o crossings skips.
+TEST(Scenario, DeepSeekPresetIsMoeWithMlaSkips) {
+  const ModelPreset* m = find_model("deepseek-v2-lite");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->hidden, 2048);
+  EXPECT_EQ(m->num_experts, 64);
+  EXPECT_EQ(m->top_k, 6);
+  EXPECT_EQ(m->moe_intermediate, 1408);
+  Scenario s = parse_scenario(R"({"schema": "punica-bench.scenario/1", "name": "d", "cases": [
+      {"name": "a", "op": "lora_shrink", "model": "deepseek-v2-lite", "module": ["qkv", "o", "gate_up"],
+       "num_requests": 2, "max_loras": 2},
+      {"name": "l", "op": "layer", "layer": "qkv", "model": "deepseek-v2-lite", "module": "gate_up",
+       "num_requests": 2, "max_loras": 2},
+      {"name": "w", "op": "add_lora_w13", "model": "deepseek-v2-lite", "num_requests": 2, "max_loras": 2}]})",
+                              "mem.json");
+  ASSERT_EQ(s.cases.size(), 5u);
+  EXPECT_NE(s.cases[0].skip_reason.find("multi-head latent attention"), std::string::npos);
+  EXPECT_NE(s.cases[1].skip_reason.find("multi-head latent attention"), std::string::npos);
+  EXPECT_TRUE(s.cases[2].skip_reason.empty()) << s.cases[2].skip_reason;  // the dense first layer's MLP
+  EXPECT_NE(s.cases[3].skip_reason.find("multi-head latent attention"), std::string::npos);
+  EXPECT_TRUE(s.cases[4].skip_reason.empty()) << s.cases[4].skip_reason;
+  EXPECT_EQ(s.cases[4].slices, (std::vector<int64_t>{1408, 1408}));  // gate | up of the expert
+}
+
 TEST(Scenario, ModelPresetsGiveLayerShapes) {
   auto mod = [](const std::string& model, const std::string& module, const std::string& op) {
     return one(R"({"max_loras": 2, "num_requests": 1})", R"({"name": "m", "op": ")" + op +
