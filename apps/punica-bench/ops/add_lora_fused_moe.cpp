@@ -1,50 +1,28 @@
 // Registry entry of add_lora_fused_moe: vLLM's PunicaWrapper.add_lora_fused_moe / fused_moe_lora
 // (SPEC §4.3-4.4), one call (shrink and expand fused) over the routing of an untimed alignment
-// (prepare()): w13 form (x row = token, gate|up or one slice) or w2 form (x row = pair, times the
-// routing weight), naive or block-aligned path.
+// (prepare(); the alignment is timed as its own op and inside add_lora_w13): w13 form (x row =
+// token, gate|up or one slice) or w2 form (x row = pair, times the routing weight), naive or
+// block-aligned path.
 #include "apps/punica-bench/ops/moe_kit.h"
 
 namespace punica::bench {
 namespace {
 
-class FusedMoeProblem final : public Problem {
+class FusedMoeProblem final : public MoeFusedProblem {
  public:
   FusedMoeProblem(const Case& c, const BatchLayout& lay, const ProblemOptions& o) {
     m_.build(c, lay, o, tensors, moe_config(c).form == "w2", c.offset_start);
     dtype = m_.dtype;
     mapping_tensor = m_.k.map_idx;
     naive_ = m_.k.path_naive();
+    naive_align_ = true;  // naive: each pair's local expert (vLLM's topk_ids where there is no expert_map)
   }
-  kernels::FusedMoeLoraArgs args(const std::vector<void*>& p) const {
-    kernels::FusedMoeLoraArgs a = m_.args(p);
-    a.routing = m_.k.routing(p, naive_);
-    return a;
-  }
-  // The alignment is untimed here (timed as its own op and inside add_lora_w13). The naive path runs
-  // the alignment's naive mode: expert_ids = each pair's local expert (-1 none), which is vLLM's
-  // topk_ids where there is no expert_map.
-  void prepare(Backend& be, const std::vector<void*>& p) override { run_op(be, m_.k.align_args(p, naive_)); }
   void run(Backend& be, const std::vector<void*>& p) override { run_op(be, args(p)); }
-  void reference(const std::vector<void*>& p, bool naive) override {
-    if (naive) {
-      ref::naive::moe_lora_align(m_.k.align_args(p, naive_));
-      ref::naive::add_lora_fused_moe(args(p));
-    } else {
-      ref::moe_lora_align(m_.k.align_args(p, naive_));
-      ref::add_lora_fused_moe(args(p));
-    }
-  }
   std::string describe() const override { return "form=" + m_.describe(naive_); }
   std::string plan(const KernelChoice&) const override {
     return std::string("add_lora_fused_moe ") + (naive_ ? "naive" : "aligned bs=" + std::to_string(m_.k.cfg.block_size)) +
            (m_.f.w2 ? " w2" : " w13") + " S=" + std::to_string(m_.f.S);
   }
-  Work work() const override { return m_.work(); }
-  Baseline baseline() const override { return m_.baseline(); }
-
- private:
-  MoeFused m_;
-  bool naive_ = false;
 };
 
 }  // namespace

@@ -1,50 +1,26 @@
 // Registry entry of add_lora_w2: vLLM's PunicaWrapper.add_lora_w2 (SPEC §4.6), the fused op in the
 // w2 form over the routing add_lora_w13 returned (its alignment, or the naive path, by vLLM's
-// sparsity rule: built untimed in prepare()), y[m, j, offset : offset + H] += w[m,j] . B[l,e] .
-// (A[l,e] . x[m*k + j]).
+// sparsity rule: built untimed in prepare(), as it is timed inside add_lora_w13),
+// y[m, j, offset : offset + H] += w[m,j] . B[l,e] . (A[l,e] . x[m*k + j]).
 #include "apps/punica-bench/ops/moe_kit.h"
 
 namespace punica::bench {
 namespace {
 
-class W2Problem final : public Problem {
+class W2Problem final : public MoeFusedProblem {
  public:
   W2Problem(const Case& c, const BatchLayout& lay, const ProblemOptions& o) {
     m_.build(c, lay, o, tensors, true, c.offset_start);
     dtype = m_.dtype;
     mapping_tensor = m_.k.map_idx;
     naive_ = m_.k.rule_naive();  // the path add_lora_w13 took
-  }
-  kernels::FusedMoeLoraArgs args(const std::vector<void*>& p) const {
-    kernels::FusedMoeLoraArgs a = m_.args(p);
-    a.routing = m_.k.routing(p, naive_);
-    if (naive_) a.routing.expert_ids = m_.k.ptr(p, m_.k.topk_idx);  // vLLM's naive path: topk_ids as they are
-    return a;
-  }
-  // add_lora_w13's alignment (untimed here: it is timed inside add_lora_w13).
-  void prepare(Backend& be, const std::vector<void*>& p) override {
-    if (!naive_) run_op(be, m_.k.align_args(p, false));
+    naive_align_ = false;        // its naive path hands topk_ids as they are
   }
   void run(Backend& be, const std::vector<void*>& p) override { run_add_lora_w2(be, args(p)); }
-  void reference(const std::vector<void*>& p, bool naive) override {
-    if (naive) {
-      if (!naive_) ref::naive::moe_lora_align(m_.k.align_args(p, false));
-      ref::naive::add_lora_w2(args(p));
-    } else {
-      if (!naive_) ref::moe_lora_align(m_.k.align_args(p, false));
-      ref::add_lora_w2(args(p));
-    }
-  }
   std::string describe() const override { return m_.describe(naive_) + " (add_lora_w13's, vLLM's sparsity rule)"; }
   std::string plan(const KernelChoice&) const override {
     return std::string("add_lora_w2 ") + (naive_ ? "naive" : "aligned bs=" + std::to_string(m_.k.cfg.block_size));
   }
-  Work work() const override { return m_.work(); }
-  Baseline baseline() const override { return m_.baseline(); }
-
- private:
-  MoeFused m_;
-  bool naive_ = false;
 };
 
 }  // namespace

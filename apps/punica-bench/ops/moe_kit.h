@@ -500,6 +500,38 @@ struct MoeFused {
   Baseline baseline() const { return moe_fused_baseline(k, f, add_inputs); }
 };
 
+// A fused call over a routing built untimed in prepare() (add_lora_fused_moe, add_lora_w2): the
+// aligned path runs the alignment; the naive path runs the alignment's naive mode (expert_ids = each
+// pair's local expert) when `naive_align_`, else hands topk_ids as they are (vLLM's add_lora_w2 after
+// a naive add_lora_w13: no expert_map there). The reference builds the same routing on the host
+// (the fp64 loops' alignment with naive = true) before the fused op.
+class MoeFusedProblem : public Problem {
+ public:
+  kernels::FusedMoeLoraArgs args(const std::vector<void*>& p) const {
+    kernels::FusedMoeLoraArgs a = m_.args(p);
+    a.routing = m_.k.routing(p, naive_);
+    if (naive_ && !naive_align_) a.routing.expert_ids = m_.k.ptr(p, m_.k.topk_idx);
+    return a;
+  }
+  void prepare(Backend& be, const std::vector<void*>& p) override {
+    if (aligns()) run_op(be, m_.k.align_args(p, naive_));
+  }
+  void reference(const std::vector<void*>& p, bool naive) override {
+    if (aligns()) {
+      if (naive) ref::naive::moe_lora_align(m_.k.align_args(p, naive_));
+      else ref::moe_lora_align(m_.k.align_args(p, naive_));
+    }
+    if (naive) ref::naive::add_lora_fused_moe(args(p)); else ref::add_lora_fused_moe(args(p));
+  }
+  Work work() const override { return m_.work(); }
+  Baseline baseline() const override { return m_.baseline(); }
+
+ protected:
+  bool aligns() const { return !naive_ || naive_align_; }
+  MoeFused m_;
+  bool naive_ = false, naive_align_ = true;
+};
+
 // The OpSpec of an MoE entry: its fields (declared above), the shared hooks. form_of: -1 no slices
 // (the alignment), 0 w13, 1 w2, 2 the case's `form`.
 template <class P>
