@@ -33,6 +33,13 @@ file(GLOB PB_SCENARIOS ${SC}/*.json)
 pb_test(cli_validate_all ${EXPECT} 0 "ok" -- ${PB} validate ${PB_SCENARIOS})
 pb_test(cli_check_smoke_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/smoke.json)
 pb_test(cli_check_ci_kernel_grid_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/ci_kernel_grid.json)
+# MoE LoRA ops (issue 44): every op and path of ci_moe.json on the CPU backend (under a second), and
+# under mpirun -np 2 (every rank checks every case; wrong counts summed).
+pb_test(cli_check_ci_moe_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/ci_moe.json)
+if(MPIEXEC_BIN)
+  pb_test(mpi_check_ci_moe_np2 ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
+          ${MPIRUN} -np 2 ${PB} check --backend cpu -q ${SC}/ci_moe.json)
+endif()
 pb_test(cli_check_nan_padding_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --nan-padding ${TD}/good_tiny.json)
 pb_test(cli_check_exact_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --exact ${TD}/good_tiny.json)
 pb_test(cli_check_sample_rows_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --sample-rows 2 ${TD}/good_tiny.json)

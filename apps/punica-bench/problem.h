@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 #include "apps/punica-bench/backend/backend.h"
@@ -88,6 +89,21 @@ class Problem {
   virtual Work work() const = 0;
   virtual Baseline baseline() const { return {}; }
   virtual double rtol() const;
+  // Outputs whose contract is not element-wise (the MoE alignment: a group's entries in any order).
+  // When this returns a value it replaces the element-wise comparison of every output: the runner
+  // calls it with host copies of every tensor as the op left them (`actual`; inputs and scratch:
+  // their initial contents) and as the reference left them (`expected`), and counts `nwrong` in the
+  // case's check (the initial contents of the outputs are in `tensors`).
+  struct CustomCheck {
+    std::size_t nelems = 0, nwrong = 0;
+    std::vector<std::string> failures;  // one line each (the result's first_mismatches)
+  };
+  virtual std::optional<CustomCheck> custom_check(const std::vector<const void*>& actual,
+                                                  const std::vector<const void*>& expected) const {
+    (void)actual;
+    (void)expected;
+    return std::nullopt;
+  }
   virtual std::string describe() const { return ""; }  // one line for -v (besides the tensor shapes)
   // The kernel plan the op runs for this case on the CUDA backend under `--kernel` choice k
   // (recorded in the result as "plan"); empty where the entry does not describe one (layers).

@@ -70,6 +70,8 @@ const std::vector<ModelPreset> kModels = {
     {"qwen2.5-7b", 3584, 28, 4, 128, 18944, 152064, 0, 0, 0},
     {"mixtral-8x7b", 4096, 32, 8, 128, 0, 32000, 8, 2, 14336},
     {"qwen3-30b-a3b", 2048, 32, 4, 128, 0, 151936, 128, 8, 768},
+    // MLA attention (head_dim 0: qkv / o are not the plain projections); 64 routed experts (+2 shared)
+    {"deepseek-v2-lite", 2048, 16, 0, 0, 10944, 102400, 64, 6, 1408},
     {"gqa-tiny", 1024, 16, 2, 64, 2816, 4096, 0, 0, 0},
 };
 
@@ -485,7 +487,10 @@ void CaseBuilder::resolve_shapes() {
     if (!m) bad(file_, path("module"), "expected a model preset alongside module (module " + module +
                                            " takes its sizes from the model)");
     const int64_t q = int64_t(m->num_heads) * m->head_dim, kv = int64_t(m->num_kv_heads) * m->head_dim;
-    if (module == "qkv") {
+    if ((module == "qkv" || module == "o") && m->head_dim == 0) {
+      module_exists = false;
+      skip("model " + m->name + " uses multi-head latent attention: module " + module + " is not a plain projection");
+    } else if (module == "qkv") {
       hidden = m->hidden;
       slices = {q, kv, kv};
     } else if (module == "o") {

@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "apps/punica-bench/registry.h"
 #include "kernels/common/error.h"
 
 namespace punica::bench {
@@ -60,7 +61,11 @@ TEST(Scenario, DefaultScenarioIsSmallAndCoversEverySingleDeviceOp) {
     ids.insert(c.id);
   }
   EXPECT_EQ(ids.size(), s.cases.size());
-  EXPECT_EQ(ops.size(), known_ops().size() - 1);  // all but layer
+  std::set<std::string> want;  // every entry that asks to be in it (the dense single-device ops)
+  for (const OpSpec* o : registered_op_specs())
+    if (o->in_default_scenario) want.insert(o->name);
+  EXPECT_EQ(ops, want);
+  EXPECT_GE(ops.size(), 7u);
   EXPECT_EQ(ops.count("layer"), 0u);
   EXPECT_EQ(s.cases[1].id,
             "decode/lora_shrink/hidden=512/slices=512x128x128/vocab=1024/out_features=8/"
@@ -164,12 +169,15 @@ TEST(Scenario, EveryShippedScenarioLoads) {
   }
   for (const char* f : {"smoke.json", "vllm_kernel_grid.json", "ci_kernel_grid.json",
                         "bench_lora_ops.json", "llama3_8b_decode.json", "llama3_8b_prefill.json",
-                        "ci_layers.json", "layers_llama.json", "bench_sparse_slots.json"})
+                        "ci_layers.json", "layers_llama.json", "bench_sparse_slots.json", "ci_moe.json",
+                        "bench_moe.json"})
     EXPECT_EQ(counts.count(f), 1u) << f;
   EXPECT_EQ(counts["vllm_kernel_grid.json"], 2u * 4 * 4 * 8 * 3 * 2 + 2u * 12 * 3 * 2);
   EXPECT_EQ(counts["bench_lora_ops.json"], 3u * 6 * (2 * 3 * 2 + 3 * 2 + 2));
   EXPECT_EQ(counts["bench_sparse_slots.json"], 2u * 3 * 3 * 3 * (2 * 2 + 2));  // (plain, hinted) x ops x T x adapters x shapes
   EXPECT_EQ(counts["ci_layers.json"], 152u);
+  EXPECT_EQ(counts["ci_moe.json"], 96u);
+  EXPECT_EQ(counts["bench_moe.json"], 3u * (2 * 5 * 2 + 2 * 2 * 2 + 2 * 2 * 2 + 2 * 3 + 2));  // 132
 }
 
 TEST(Scenario, SmokeCoversTheEdgeCases) {
@@ -194,6 +202,30 @@ TEST(Scenario, SmokeCoversTheEdgeCases) {
   EXPECT_EQ(ops.size(), known_ops().size());
   EXPECT_TRUE(t0 && t1 && all_none && odd && rank1 && unequal && none_slice && mixed && full);
   EXPECT_EQ(dts.size(), 3u);
+}
+
+// SPEC §7.1: deepseek-v2-lite gives the MoE sizes; its MLA attention makes qkv / o crossings skips.
+TEST(Scenario, DeepSeekPresetIsMoeWithMlaSkips) {
+  const ModelPreset* m = find_model("deepseek-v2-lite");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->hidden, 2048);
+  EXPECT_EQ(m->num_experts, 64);
+  EXPECT_EQ(m->top_k, 6);
+  EXPECT_EQ(m->moe_intermediate, 1408);
+  Scenario s = parse_scenario(R"({"schema": "punica-bench.scenario/1", "name": "d", "cases": [
+      {"name": "a", "op": "lora_shrink", "model": "deepseek-v2-lite", "module": ["qkv", "o", "gate_up"],
+       "num_requests": 2, "max_loras": 2},
+      {"name": "l", "op": "layer", "layer": "qkv", "model": "deepseek-v2-lite", "module": "gate_up",
+       "num_requests": 2, "max_loras": 2},
+      {"name": "w", "op": "add_lora_w13", "model": "deepseek-v2-lite", "num_requests": 2, "max_loras": 2}]})",
+                              "mem.json");
+  ASSERT_EQ(s.cases.size(), 5u);
+  EXPECT_NE(s.cases[0].skip_reason.find("multi-head latent attention"), std::string::npos);
+  EXPECT_NE(s.cases[1].skip_reason.find("multi-head latent attention"), std::string::npos);
+  EXPECT_TRUE(s.cases[2].skip_reason.empty()) << s.cases[2].skip_reason;  // the dense first layer's MLP
+  EXPECT_NE(s.cases[3].skip_reason.find("multi-head latent attention"), std::string::npos);
+  EXPECT_TRUE(s.cases[4].skip_reason.empty()) << s.cases[4].skip_reason;
+  EXPECT_EQ(s.cases[4].slices, (std::vector<int64_t>{1408, 1408}));  // gate | up of the expert
 }
 
 TEST(Scenario, ModelPresetsGiveLayerShapes) {

@@ -35,6 +35,9 @@ void layer_require(CaseContext& x) {
     require_hidden(x);
   } else if (is_qkv(c.layer)) {
     require_hidden(x);
+    const ModelPreset* m = c.model.empty() ? nullptr : find_model(c.model);
+    if (m && m->head_dim == 0 && c.head_dim <= 0)  // MLA presets (deepseek-v2-lite) have no plain heads
+      return x.skip("model " + m->name + " uses multi-head latent attention: layer " + c.layer + " does not apply");
     if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0)
       x.missing("num_heads, num_kv_heads and head_dim (or model)");
     const int64_t q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim;
