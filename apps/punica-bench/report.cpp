@@ -123,6 +123,7 @@ nlohmann::json case_record(const CaseResult& r) {
       m["lora_overhead_pct"] = base > 0 ? 100.0 * (s.median - base) / base : 0.0;
     }
     if (part_us.count("lora") && part_us["lora"] > 0) {
+      m["gb_per_s"] = work_bytes / (part_us["lora"] * 1e3);  // the work is the LoRA part's
       m["lora_floor_fraction"] = floor_us / part_us["lora"];
       m["floor_fraction"] = floor_us / part_us["lora"];
       // The work, the floor and the copy baseline are the LoRA part's: compare them with its time.

@@ -120,23 +120,29 @@ std::string format_results_table(const json& doc, bool full_ids, std::size_t wid
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> notes;  // the id column: id, then a skip or error reason
   std::vector<std::pair<std::string, int>> skips;  // reason, cases: in order of first appearance
+  bool any_layer = false;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const json& r = cases[i];
     const std::string st = r.value("status", "");
     std::vector<std::string> row = {st, r.value("op", ""), cell(json_at(r, {"params", "num_tokens"}), 7),
                                     str_at(r, {"params", "dtype"}), cell(json_at(r, {"check", "nwrong"}), 8),
                                     cell(json_at(r, {"check", "max_rel_err"}), 2)};
+    // Layer rows: the time columns are the LoRA part's, like the floor and floor% beside them (the
+    // whole layer's time goes to the id column).
+    const bool layer = json_at(r, {"timing", "lora_us"}).is_number();
+    if (layer) any_layer = true;
     if (timed) {
-      for (auto path : {std::initializer_list<const char*>{"timing", "time_us", "median"},
-                        std::initializer_list<const char*>{"timing", "batch_time_us"},
-                        std::initializer_list<const char*>{"work", "floor_us"}})
-        row.push_back(cell(json_at(r, path)));
+      row.push_back(cell(layer ? json_at(r, {"timing", "lora_us"}) : json_at(r, {"timing", "time_us", "median"})));
+      row.push_back(cell(layer ? json_at(r, {"timing", "lora_batch_us"}) : json_at(r, {"timing", "batch_time_us"})));
+      row.push_back(cell(json_at(r, {"work", "floor_us"})));
       row.push_back(cell(json_at(r, {"metrics", "floor_fraction"}), 3, 100));
       row.push_back(cell(json_at(r, {"metrics", "gb_per_s"})));
       row.push_back(cell(json_at(r, {"metrics", "speedup_vs_cublas"}), 3));
     }
     rows.push_back(row);
     std::string note = shown[i];
+    if (timed && layer && json_at(r, {"timing", "layer_us"}).is_number())
+      note += "  (layer " + cell(json_at(r, {"timing", "layer_us"})) + " us)";
     const json& why = st == "skip" ? json_at(r, {"skip_reason"}) : json_at(r, {"error"});
     if ((st == "skip" || st == "error") && why.is_string()) {
       note += "  (" + st + ": " + why.get<std::string>() + ")";
@@ -170,6 +176,8 @@ std::string format_results_table(const json& doc, bool full_ids, std::size_t wid
   for (const auto& c : cols) head.push_back(c.first);
   o << line(head, "id");
   for (std::size_t i = 0; i < rows.size(); ++i) o << line(rows[i], notes[i]);
+  if (timed && any_layer)
+    o << "# layer rows: time_us, batch_us, floor_us and floor% are the LoRA part's; the layer's time is by the id\n";
   for (const auto& [why, n] : skips) o << "# skip (" << n << (n == 1 ? " case" : " cases") << "): " << why << "\n";
   const json& s = doc.contains("summary") ? doc["summary"] : json::object();
   o << "# cases " << s.value("cases", 0) << ": pass " << s.value("pass", 0) << ", fail " << s.value("fail", 0)
