@@ -68,6 +68,9 @@ case "$PROFILE" in
       for k in staged stream pipe; do
         '"$PB"' check --backend cuda -q --nan-padding --kernel expand=$k -f lora_expand scenarios/smoke.json || exit 1; done'
     step check_ci_grid $PB check --backend cuda -q scenarios/ci_kernel_grid.json
+    # every plan the automatic choice can return (plan_coverage_test), NaN padding on
+    step check_plan_reach $PB check --backend cuda -q --nan-padding scenarios/ci_plan_reach.json
+    step check_ci_moe $PB check --backend cuda -q --nan-padding scenarios/ci_moe.json
     ;;
   bench)
     step bench_lora_ops $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 128 -o "$OUT/bench_lora_ops.json" --overwrite scenarios/bench_lora_ops.json

@@ -32,6 +32,7 @@ pb_test(cli_list_default ${EXPECT} 0 "lora_shrink" -- ${PB} list)
 file(GLOB PB_SCENARIOS ${SC}/*.json)
 pb_test(cli_validate_all ${EXPECT} 0 "ok" -- ${PB} validate ${PB_SCENARIOS})
 pb_test(cli_check_smoke_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/smoke.json)
+pb_test(cli_check_ci_plan_reach_cpu ${EXPECT} 0 "fail 0, skip 0, error 0" -- ${PB} check --backend cpu -q --sample-rows 32 ${SC}/ci_plan_reach.json)
 pb_test(cli_check_ci_kernel_grid_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/ci_kernel_grid.json)
 # MoE LoRA ops (issue 44): every op and path of ci_moe.json on the CPU backend (under a second), and
 # under mpirun -np 2 (every rank checks every case; wrong counts summed).

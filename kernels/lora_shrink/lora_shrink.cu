@@ -35,7 +35,16 @@ void validate(const LoraShrinkArgs& a) {
 
 }  // namespace
 
+namespace {
+std::atomic<const PlanningDevice*> g_planning_device{nullptr};
+}  // namespace
+void set_planning_device_override(const PlanningDevice* d) { g_planning_device.store(d); }
+namespace detail {
+const PlanningDevice* planning_device_override() { return g_planning_device.load(); }
+}  // namespace detail
+
 bool wgmma_available() {
+  if (const PlanningDevice* o = detail::planning_device_override()) return o->wgmma;
 #if PUNICA_HAVE_SM90A
   static std::atomic<int> cache[64];  // per device: 0 unknown, 1 yes, 2 no
   return lora_dev::per_device_cached(cache, [](int dev) {
@@ -54,6 +63,7 @@ bool wgmma_available() {
 
 namespace detail {
 int num_sms_cached() {
+  if (const PlanningDevice* o = planning_device_override()) return o->num_sms;
   static std::atomic<int> cache[64];
   return lora_dev::per_device_cached(cache, [](int dev) {
     int v = 0;

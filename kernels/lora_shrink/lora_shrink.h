@@ -98,4 +98,13 @@ std::string describe_lora_shrink_plan(const LoraShrinkArgs& a, ShrinkKernel k = 
 // 9.0 (false without a device).
 bool wgmma_available();
 
+// Host tests of the kernel plans (no GPU): the device traits the choice reads (SM count, wgmma, thread-
+// block clusters) taken from here instead of the current device while set; nullptr = the device.
+// Never set where kernels launch: the launchers read the same traits.
+struct PlanningDevice {
+  int num_sms = 132;
+  bool wgmma = true, cluster = true;
+};
+void set_planning_device_override(const PlanningDevice* d);
+
 }  // namespace punica::kernels

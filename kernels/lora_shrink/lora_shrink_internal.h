@@ -15,6 +15,7 @@ int shrink_partials_nsplit(int64_t K);
 
 // The current device's SM count (cached per device; 132 where it cannot be read).
 int num_sms_cached();
+const PlanningDevice* planning_device_override();  // set_planning_device_override's (nullptr: none)
 // Thread-block clusters can be launched on the current device (sm_90 and later).
 bool cluster_available();
 // The cluster tile takes this call (dtypes, alignment, ranks, device); launch_shrink_cluster requires it.

@@ -216,6 +216,7 @@ void launch_t(const ClusterParams& p, const H::ClusterConfig& c, cudaStream_t st
 namespace detail {
 
 bool cluster_available() {
+  if (const PlanningDevice* o = planning_device_override()) return o->cluster;
   static std::atomic<int> cache[64];  // per device: 0 unknown, 1 yes, 2 no
   return lora_dev::per_device_cached(cache, [](int dev) {
            int v = 0;
