@@ -15,7 +15,7 @@ namespace punica::bench {
 const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"cold",          "back_to_back",  "linear_chain_cold",
                                                  "linear_chain_batch", "prefill_floor", "fully_sharded",
-                                                 "decode_gather"};
+                                                 "decode_gather", "moe_prefill", "moe_decode", "moe_vs_cublas"};
   return names;
 }
 
@@ -41,11 +41,16 @@ constexpr double kFloorFraction = 0.8;  // cold and prefill_floor: floor fractio
 constexpr double kGatherUs = 15.0;      // decode_gather: graph-captured all_gather at most this
 constexpr double kBatchSlackUs = 1.5;   // back_to_back: graph node + this + floor / kFloorFraction
 constexpr double kShardedSlack = 1.1;   // fully_sharded: plain tp LoRA time + collective, plus 10%
+constexpr double kMoeFraction = 0.7;    // moe_prefill: copy (or FLOP-floor) fraction at least this
+constexpr double kMoeSlackUs = 2.0;     // moe_decode: graph node x kernels + this + floor / kMoeFraction
 // What a row's median is compared with: its target's bound (back_to_back: time over bound, 1).
 double median_bound(const std::string& target, double median) {
   if (target == "cold" || target == "prefill_floor") return kFloorFraction;
   if (target == "back_to_back") return 1.0;
   if (target == "decode_gather") return kGatherUs;
+  if (target == "moe_prefill") return kMoeFraction;
+  if (target == "moe_decode") return 1.0;
+  if (target == "moe_vs_cublas") return 1.0;
   return median;  // no median for the other targets
 }
 // A missed case's value and its bound, printed with `prec` decimals or, where those would print
@@ -160,6 +165,34 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
           acc.add(cold ? "linear_chain_cold" : "linear_chain_batch", op_group("add_lora_linear", lin, by_tokens, group_keys), l < chain,
                   jstr(lin, "id") + ": " + missed(l, ">=", chain, 2, " us"));
       }
+    }
+    // ---- MoE op cases (issue 44)
+    const double gemm_tflops = jnum(doc, {"run", "ceilings", "gemm_bf16_tflops"});
+    for (const auto& c : doc["cases"]) {
+      const std::string op = jstr(c, "op"), id = jstr(c, "id");
+      if (op != "moe_lora_align" && op != "add_lora_fused_moe" && op != "add_lora_w13" && op != "add_lora_w2") continue;
+      if (!timed_pass(c)) continue;
+      const std::string grp = op_group(op, c, by_tokens, group_keys);
+      const double fl = jnum(c, {"work", "floor_us"}), med = jnum(c, {"timing", "time_us", "median"});
+      const double flop_us = gemm_tflops > 0 ? jnum(c, {"work", "flops"}) / (gemm_tflops * 1e6) : 0;
+      if (fl >= 10 && med > 0) {
+        // copy_fraction, or the FLOP floor's fraction where the FLOP term of the floor dominates
+        const bool flops = flop_us > fl;
+        const double v = flops ? flop_us / med : jnum(c, {"metrics", "copy_fraction"});
+        if (v == v)
+          acc.add("moe_prefill", grp, v >= kMoeFraction,
+                  id + ": " + (flops ? "FLOP floor fraction " : "copy fraction ") + missed(v, "<", kMoeFraction, 3), v);
+      }
+      const double bt = jnum(c, {"timing", "batch_time_us"});
+      if (fl == fl && fl < 10 && bt == bt && node == node) {
+        // kernels launched: add_lora_w13's aligned path runs the alignment and the fused op
+        const int kernels = op == "add_lora_w13" && jstr(c, "plan").find("align+") != std::string::npos ? 2 : 1;
+        const double bound = node * kernels + kMoeSlackUs + fl / kMoeFraction;
+        acc.add("moe_decode", grp, bt <= bound, id + ": " + missed(bt, ">", bound, 2, " us"), bt / bound);
+      }
+      const double sp = jnum(c, {"metrics", "speedup_vs_cublas_grouped"});
+      if (op != "moe_lora_align" && sp == sp)
+        acc.add("moe_vs_cublas", grp, sp > 1.0, id + ": cold speed-up over cuBLAS grouped " + missed(sp, "<=", 1.0, 2), sp);
     }
     // ---- layer cases
     std::map<std::string, const nlohmann::json*> layer_by_id;

@@ -180,3 +180,43 @@ TEST(Targets, RepeatedRunsEachCount) {
   EXPECT_DOUBLE_EQ(row->median, 0.79);
   EXPECT_EQ(r.doc["sources"].size(), 3u);
 }
+
+TEST(Targets, MoeCases) {
+  // moe_prefill: copy fraction >= 0.7 where the floor >= 10 us, or the FLOP term's fraction where
+  // it exceeds the floor (gemm 100 TFLOP/s: 4e9 FLOPs = 40 us > floor 20 us, over 50 us = 0.8);
+  // moe_decode: node 0.5 x kernels + 2 + floor / 0.7 (floor 1.4 -> 4.5 us; w13 aligned 5 us);
+  // moe_vs_cublas: speedup_vs_cublas_grouped > 1
+  auto moe = [](const std::string& op, double floor_us, double flops, double cold, double batch, double copyf,
+                double speedup, const std::string& plan) {
+    return nlohmann::json{{"id", "m/" + op + "/f=" + std::to_string(floor_us) + "/p=" + plan}, {"op", op},
+                          {"status", "pass"}, {"plan", plan},
+                          {"work", {{"floor_us", floor_us}, {"flops", flops}}},
+                          {"metrics", {{"copy_fraction", copyf}, {"speedup_vs_cublas_grouped", speedup}}},
+                          {"timing", {{"time_us", {{"median", cold}}}, {"batch_time_us", batch}}}};
+  };
+  auto d = doc({moe("add_lora_w2", 20, 1e6, 25, 25, 0.75, 1.2, "aligned"),            // prefill met (copy)
+                moe("add_lora_w2", 20, 4e9, 50, 50, 0.1, 0.9, "aligned"),             // met by the FLOP term
+                moe("add_lora_w2", 30, 1e6, 60, 60, 0.5, 2.0, "aligned"),             // prefill missed
+                moe("add_lora_w13", 1.4, 1e3, 3, 4.9, 0.3, 1.1, "align+fused"),       // decode met (2 kernels)
+                moe("add_lora_w13", 1.4, 1e3, 3, 4.9, 0.3, 1.1, "naive"),             // decode missed (1 kernel)
+                moe("moe_lora_align", 1.4, 0, 3, 4.4, 0.3, -1, "aligned")});          // decode met, no cuBLAS row
+  d["run"]["ceilings"]["gemm_bf16_tflops"] = 100.0;
+  d["cases"][5]["metrics"].erase("speedup_vs_cublas_grouped");
+  const auto r = evaluate_targets({d}, {}, true);
+  const TargetRow* p = find(r, "moe_prefill", "add_lora_w2");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->cases, 3);
+  EXPECT_EQ(p->met, 2);
+  const TargetRow* w13 = find(r, "moe_decode", "add_lora_w13");
+  ASSERT_NE(w13, nullptr);
+  EXPECT_EQ(w13->cases, 2);
+  EXPECT_EQ(w13->met, 1);
+  const TargetRow* al = find(r, "moe_decode", "moe_lora_align");
+  ASSERT_NE(al, nullptr);
+  EXPECT_EQ(al->met, 1);
+  const TargetRow* cb = find(r, "moe_vs_cublas", "add_lora_w2");
+  ASSERT_NE(cb, nullptr);
+  EXPECT_EQ(cb->cases, 3);
+  EXPECT_EQ(cb->met, 2);
+  EXPECT_EQ(find(r, "moe_vs_cublas", "moe_lora_align"), nullptr);
+}
