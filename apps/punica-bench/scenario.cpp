@@ -31,7 +31,7 @@ const char* const kSchema = "punica-bench.scenario/1";
 // case ids in this order.
 const std::vector<std::string> kSharedFields = {
     "name", "op", "model", "module", "", "hidden", "slices", "num_slices", "num_heads",
-    "num_kv_heads", "head_dim", "vocab", "out_features", "phase", "num_requests",
+    "num_kv_heads", "head_dim", "vocab", "", "phase", "num_requests",
     "tokens_per_request", "num_tokens", "max_loras", "num_adapters", "active_loras_hint", "ranks", "max_rank",
     "popularity", "no_lora_fraction", "none_slices", "scale", "add_inputs", "offset_start", "dtype",
     "intermediate_dtype", "tp", "fully_sharded", "seed", "warmup", "iters"};
@@ -275,7 +275,7 @@ void check_value(const std::string& file, const std::string& key, const Alt& a) 
     want_enum(file, p, v, kModules);
   } else if (key == "phase") {
     want_enum(file, p, v, kPhases);
-  } else if (key == "hidden" || key == "vocab" || key == "out_features") {
+  } else if (key == "hidden" || key == "vocab") {
     want_int(file, p, v, 1, kMaxSize);
   } else if (key == "num_heads" || key == "num_kv_heads" || key == "head_dim" ||
              key == "max_loras" || key == "max_rank" || key == "tp" || key == "iters") {

@@ -19,8 +19,7 @@ struct Popularity {
 struct Case {
   std::string id;       // "<name>/<op>/key=value/..." over every declared axis, fixed order
   std::string name;     // the case entry's name
-  std::string op;       // lora_meta | lora_shrink | lora_expand | add_lora_linear |
-                        // add_lora_embedding | add_lora_logits | apply_lora_full_linear | layer
+  std::string op;       // a registered op (registry.h; `punica-bench info` lists them)
   std::string file;     // scenario path it came from
   nlohmann::json params;     // every axis value of this case (for the result record)
   std::string skip_reason;   // non-empty: a crossing-invalid combination (skip, not an error)
@@ -33,7 +32,7 @@ struct Case {
   int64_t hidden = 0;                 // K (input width); embedding: embed dim
   std::vector<int64_t> slices;        // N_s output widths (full, unsharded)
   int64_t vocab = 0;                  // embedding / logits vocabulary
-  int64_t out_features = 0;           // apply_lora_full_linear head width (num_labels)
+  int64_t out_features = 0;           // the out_features field (its op's entry sets the default)
   int num_heads = 0, num_kv_heads = 0, head_dim = 0;  // qkv layers (GQA)
 
   // batch

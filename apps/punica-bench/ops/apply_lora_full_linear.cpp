@@ -1,8 +1,12 @@
 // Registry entry of apply_lora_full_linear: vLLM's modules_to_save classifier heads (SPEC §3.6), each
 // request's rows replaced by its adapter's full linear layer where the module is enabled.
 #include "apps/punica-bench/ops/op_kit.h"
+#include "kernels/apply_lora_full_linear/apply_lora_full_linear.h"
 
 namespace punica::bench {
+
+void run_op(Backend& be, const kernels::ApplyLoraFullLinearArgs& a);  // below (no layer calls it)
+
 namespace {
 
 using kernels::DType;
@@ -100,6 +104,12 @@ OpSpec spec() {
   s.order = 60;
   s.summary = "y = x @ W[slot]^T + bias[slot] where the adapter's module is enabled";
   s.in_default_scenario = true;
+  FieldSpec out;
+  out.name = "out_features";
+  out.order = 120;  // after vocab, in the canonical order
+  out.value_schema = nlohmann::json::parse(R"({"type": "integer", "minimum": 1})");
+  out.description = "The classifier head's width (num_labels); default 8.";
+  s.fields = {out};
   s.defaults = [](CaseContext& x) {
     if (!x.has("out_features")) x.c().out_features = 8;
     return std::vector<int64_t>{x.c().out_features};

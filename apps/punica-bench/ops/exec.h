@@ -6,7 +6,6 @@
 #include "kernels/add_lora_embedding/add_lora_embedding.h"
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/add_lora_logits/add_lora_logits.h"
-#include "kernels/apply_lora_full_linear/apply_lora_full_linear.h"
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
 #include "kernels/lora_expand/lora_expand.h"
 #include "kernels/lora_meta/lora_meta.h"
@@ -21,7 +20,6 @@ void run_op(Backend& be, const kernels::LoraExpandArgs& a);
 void run_op(Backend& be, const kernels::AddLoraLinearArgs& a);
 void run_op(Backend& be, const kernels::AddLoraEmbeddingArgs& a);
 void run_op(Backend& be, const kernels::AddLoraLogitsArgs& a);
-void run_op(Backend& be, const kernels::ApplyLoraFullLinearArgs& a);
 // The MoE LoRA ops (SPEC §4.2-4.6): the alignment, the fused op (add_lora_fused_moe), add_lora_w13
 // (returns the routing add_lora_w2 reuses) and add_lora_w2.
 void run_op(Backend& be, const kernels::MoeLoraAlignArgs& a);
