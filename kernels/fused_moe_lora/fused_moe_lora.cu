@@ -59,6 +59,7 @@ struct Params {
   int nz;         // blockIdx.z = s * nz + t: t is a column tile (expand) or a rank-row group (shrink-only)
   int64_t tn;     // expand columns per tile
   int rows;       // shrink-only: A rows per row group
+  int kparts;     // shrink-only: warps per A row (K split; rows * kparts == kWarps when > 1)
 };
 
 template <class T> __device__ __forceinline__ float tof(T v);
@@ -84,6 +85,7 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
   __shared__ int pairs_sh[kMoeLoraMaxBlockSize];
   __shared__ int64_t xoff_sh[kChunk];
   __shared__ int npairs_sh;
+  __shared__ float red_sh[kWarps][kChunk];  // shrink-only K split: per-warp partial sums
   const int s = int(blockIdx.z) / p.nz, t = int(blockIdx.z) % p.nz;
   int l, e;
   if (p.naive) {
@@ -131,14 +133,15 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
       // shrink-only splits A's rows over t; the fused form recomputes all of them in every tile
       const int j0 = MODE == kShrinkOnly ? t * p.rows : 0;
       const int j1 = MODE == kShrinkOnly ? min(p.rA, j0 + p.rows) : p.rA;
-      for (int j = j0 + warp; j < j1; j += kWarps) {
+      const int kp = MODE == kShrinkOnly ? p.kparts : 1, part = warp % kp;
+      for (int j = j0 + warp / kp; j < j1; j += kWarps / kp) {
         float acc[kChunk];
 #pragma unroll
         for (int q = 0; q < kChunk; ++q) acc[q] = 0.f;
         if (j < rl_loc) {
           const T* arow = A + int64_t(j) * p.K;
           if (p.vec_k) {
-            for (int64_t kk = int64_t(lane) * 8; kk < p.K; kk += 256) {
+            for (int64_t kk = (int64_t(part) * 32 + lane) * 8; kk < p.K; kk += int64_t(256) * kp) {
               float a8[8];
               load8(arow + kk, a8);
 #pragma unroll
@@ -152,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
               }
             }
           } else {
-            for (int64_t kk = lane; kk < p.K; kk += 32) {
+            for (int64_t kk = int64_t(part) * 32 + lane; kk < p.K; kk += int64_t(32) * kp) {
               const float av = tof<T>(arow[kk]);
 #pragma unroll
               for (int q = 0; q < kChunk; ++q)
@@ -172,12 +175,25 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
 #pragma unroll
           for (int q = 0; q < kChunk; ++q)
             if (q == lane) v = acc[q];
-          if (MODE == kShrinkOnly) {
+          if (MODE == kShrinkOnly && kp > 1) {
+            red_sh[warp][lane] = v;
+          } else if (MODE == kShrinkOnly) {
             const int64_t pr = pairs_sh[c0 + lane];
             static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
           } else {
             u_sh[lane * rw + j] = round_as<TI>(v);
           }
+        }
+      }
+      if (MODE == kShrinkOnly && kp > 1) {
+        // each warp had at most one row (rows * kp == kWarps); part 0 adds the parts in order
+        __syncthreads();
+        const int j = j0 + warp / kp;
+        if (part == 0 && j < j1 && lane < cn) {
+          float v = 0.f;
+          for (int q = 0; q < kp; ++q) v += red_sh[warp + q][lane];
+          const int64_t pr = pairs_sh[c0 + lane];
+          static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
         }
       }
     } else {
@@ -338,17 +354,22 @@ void plan_expand(Params& p, bool fused) {
   p.nz = int(std::max<int64_t>(1, nz));
 }
 
-// Shrink-only row groups: one A row per warp while the grid is small (each group re-reads the
-// chunk's x rows, so at large M the rows stay together).
+// Shrink-only row groups while the grid is small (each group re-reads the chunk's x rows, so at
+// large M the rows stay together). Under kWarps rows a group splits K over kWarps / rows warps
+// per row: a warp's chain of dependent K steps, not the SM count, bounds a decode shrink.
 void plan_shrink(Params& p) {
   const int64_t busy = busy_blocks(p);
   int groups = 1;
-  if (busy < kTargetBlocks) {
-    const int64_t want = (kTargetBlocks + busy - 1) / busy;
-    groups = int(std::min<int64_t>(want, (p.rA + kWarps - 1) / kWarps));
-  }
+  if (busy < kTargetBlocks) groups = int(std::min<int64_t>((kTargetBlocks + busy - 1) / busy, p.rA));
   groups = std::max(1, groups);
   p.rows = (p.rA + groups - 1) / groups;
+  p.kparts = 1;
+  if (groups > 1 && p.rows < kWarps) {
+    int r = 1;
+    while (r < p.rows) r *= 2;  // a divisor of kWarps
+    p.rows = r;
+    p.kparts = kWarps / r;
+  }
   p.nz = (p.rA + p.rows - 1) / p.rows;
   p.tn = p.N;
 }
@@ -373,6 +394,7 @@ void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true
   Params p = make_params(a, mode);
   p.S = a.num_slices;
   p.rows = p.rA;
+  p.kparts = 1;
   if (mode == kShrinkOnly) plan_shrink(p);
   else plan_expand(p, mode == kFused);
   if (mode == kShrinkOnly && clear && p.numel > 0)

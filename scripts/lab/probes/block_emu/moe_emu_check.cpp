@@ -51,15 +51,15 @@ void fused_case(const MoeCase& c) {
   const auto written = written_mask(p);
   CHECK(compare_y(ygot, yref, p.y0, written, rtol_for(c.dtype), rep) == 0, "one call:" + rep);
   {
-    // one call through the scratch (row-split shrink + column-tiled expand): bit-equal to the fused kernel
+    // one call through the scratch (row/K-split shrink + column-tiled expand); the K split sums in
+    // another order, so against the reference, not bit-equal to the fused kernel
     Tensor ws(c.inter, std::size_t(c.S) * p.numel * p.R);
     for (std::size_t i = 0; i < ws.n; ++i) ws.set(i, NAN);
     Tensor y3 = p.y0;
     auto g3 = p.args(y3.data()); g3.routing = er.r; g3.intermediate = ws.data();
     launch_add_lora_fused_moe(g3, nullptr);
-    std::size_t d3 = 0;
-    for (std::size_t i = 0; i < y3.n; ++i) d3 += y3.bits(i) != ygot.bits(i);
-    CHECK(d3 == 0, "one call with scratch differs from one call: " + std::to_string(d3));
+    std::string rep3;
+    CHECK(compare_y(y3, yref, p.y0, written, rtol_for(c.dtype), rep3) == 0, "one call with scratch:" + rep3);
   }
   // split
   Tensor inter(c.inter, std::size_t(c.S) * p.numel * p.R);
@@ -72,9 +72,8 @@ void fused_case(const MoeCase& c) {
   std::vector<uint8_t> all(inter.n, 1);
   std::string rep2;
   CHECK(compare_y(inter, rint, rint, all, rtol_for(c.inter == punica::kernels::DType::f32 ? c.dtype : c.inter), rep2) == 0, "intermediate:" + rep2);
-  std::size_t diff = 0;
-  for (std::size_t i = 0; i < y2.n; ++i) diff += y2.bits(i) != ygot.bits(i);
-  CHECK(diff == 0, "split differs from one call: " + std::to_string(diff));
+  std::string rep4;  // the shrink's K split may sum in another order than the one call
+  CHECK(compare_y(y2, yref, p.y0, written, rtol_for(c.dtype), rep4) == 0, "split:" + rep4);
 }
 
 void align_only(const MoeCase& c) {
