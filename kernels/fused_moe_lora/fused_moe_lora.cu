@@ -55,6 +55,11 @@ struct Params {
   bool add;
   void* inter;
   bool vec_k, vec_b;
+  int S;
+  int nz;         // blockIdx.z = s * nz + t: t is a column tile (expand) or a rank-row group (shrink-only)
+  int64_t tn;     // expand columns per tile
+  int rows;       // shrink-only: A rows per row group
+  int kparts;     // shrink-only: warps per A row (K split; rows * kparts == kWarps when > 1)
 };
 
 template <class T> __device__ __forceinline__ float tof(T v);
@@ -80,7 +85,8 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
   __shared__ int pairs_sh[kMoeLoraMaxBlockSize];
   __shared__ int64_t xoff_sh[kChunk];
   __shared__ int npairs_sh;
-  const int s = blockIdx.z;
+  __shared__ float red_sh[kWarps][kChunk];  // shrink-only K split: per-warp partial sums
+  const int s = int(blockIdx.z) / p.nz, t = int(blockIdx.z) % p.nz;
   int l, e;
   if (p.naive) {
     const int64_t i = blockIdx.x;
@@ -124,14 +130,18 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
       __syncthreads();
       const T* A = static_cast<const T*>(p.A[s]) + int64_t(l) * p.a_lora_stride + int64_t(e) * p.a_expert_stride;
       const int rl_loc = max(0, min(rank_l - p.a_off, p.rA));
-      for (int j = warp; j < p.rA; j += kWarps) {
+      // shrink-only splits A's rows over t; the fused form recomputes all of them in every tile
+      const int j0 = MODE == kShrinkOnly ? t * p.rows : 0;
+      const int j1 = MODE == kShrinkOnly ? min(p.rA, j0 + p.rows) : p.rA;
+      const int kp = MODE == kShrinkOnly ? p.kparts : 1, part = warp % kp;
+      for (int j = j0 + warp / kp; j < j1; j += kWarps / kp) {
         float acc[kChunk];
 #pragma unroll
         for (int q = 0; q < kChunk; ++q) acc[q] = 0.f;
         if (j < rl_loc) {
           const T* arow = A + int64_t(j) * p.K;
           if (p.vec_k) {
-            for (int64_t kk = int64_t(lane) * 8; kk < p.K; kk += 256) {
+            for (int64_t kk = (int64_t(part) * 32 + lane) * 8; kk < p.K; kk += int64_t(256) * kp) {
               float a8[8];
               load8(arow + kk, a8);
 #pragma unroll
@@ -145,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
               }
             }
           } else {
-            for (int64_t kk = lane; kk < p.K; kk += 32) {
+            for (int64_t kk = int64_t(part) * 32 + lane; kk < p.K; kk += int64_t(32) * kp) {
               const float av = tof<T>(arow[kk]);
 #pragma unroll
               for (int q = 0; q < kChunk; ++q)
@@ -165,12 +175,25 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
 #pragma unroll
           for (int q = 0; q < kChunk; ++q)
             if (q == lane) v = acc[q];
-          if (MODE == kShrinkOnly) {
+          if (MODE == kShrinkOnly && kp > 1) {
+            red_sh[warp][lane] = v;
+          } else if (MODE == kShrinkOnly) {
             const int64_t pr = pairs_sh[c0 + lane];
             static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
           } else {
             u_sh[lane * rw + j] = round_as<TI>(v);
           }
+        }
+      }
+      if (MODE == kShrinkOnly && kp > 1) {
+        // each warp had at most one row (rows * kp == kWarps); part 0 adds the parts in order
+        __syncthreads();
+        const int j = j0 + warp / kp;
+        if (part == 0 && j < j1 && lane < cn) {
+          float v = 0.f;
+          for (int q = 0; q < kp; ++q) v += red_sh[warp + q][lane];
+          const int64_t pr = pairs_sh[c0 + lane];
+          static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
         }
       }
     } else {
@@ -187,7 +210,8 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
       const T* Bm = static_cast<const T*>(p.B[s]) + int64_t(l) * p.b_lora_stride + int64_t(e) * p.b_expert_stride;
       T* y = static_cast<T*>(p.y);
       const int rl = rl_b;
-      for (int64_t n = threadIdx.x; n < p.N; n += kThreads) {
+      const int64_t n0 = int64_t(t) * p.tn, n1 = n0 + p.tn < p.N ? n0 + p.tn : p.N;
+      for (int64_t n = n0 + threadIdx.x; n < n1; n += kThreads) {
         float acc[kChunk];
 #pragma unroll
         for (int q = 0; q < kChunk; ++q) acc[q] = 0.f;
@@ -301,9 +325,59 @@ Params make_params(const FusedMoeLoraArgs& a, int mode) {
   return p;
 }
 
+// Work-spreading heuristics. A (pair group, slice) used to be one block streaming r x K of A and
+// N x r of B; at decode that is a handful of SMs. `busy` estimates the blocks that have work (each
+// holds >= 1 pair, so at most numel of them) against kTargetBlocks (~2 waves of an H100/H200).
+constexpr int64_t kTargetBlocks = 264;
+constexpr int64_t kMaxZ = 65535;  // gridDim.z limit
+
+int64_t busy_blocks(const Params& p) {
+  const int64_t lg = p.lora_ids ? p.L + 1 : p.L;
+  return std::max<int64_t>(1, p.naive ? p.numel : std::min(p.numel, p.Q * lg)) * p.S;
+}
+
+// Expand column tiles: kThreads columns (one per thread) while the grid is small, else 2x that.
+// `fused`: the one-call kernel recomputes the shrink in every tile, so tiles are capped so the
+// repeated A reads (rA x K each) stay below the B tile each one reads (tn x rB).
+void plan_expand(Params& p, bool fused) {
+  const bool small = busy_blocks(p) < kTargetBlocks;
+  int64_t tn = small ? kThreads : 2 * kThreads;
+  if (fused) {
+    if (!small) tn = p.N;
+    else tn = std::max<int64_t>(tn, (int64_t(p.rA) * p.K + p.rB - 1) / p.rB);
+  }
+  tn = std::max<int64_t>(1, std::min<int64_t>(tn, p.N));
+  int64_t nz = (p.N + tn - 1) / tn;
+  const int64_t zcap = std::max<int64_t>(1, kMaxZ / p.S);
+  if (nz > zcap) { nz = zcap; tn = (p.N + nz - 1) / nz; nz = (p.N + tn - 1) / tn; }
+  p.tn = tn;
+  p.nz = int(std::max<int64_t>(1, nz));
+}
+
+// Shrink-only row groups while the grid is small (each group re-reads the chunk's x rows, so at
+// large M the rows stay together). Under kWarps rows a group splits K over kWarps / rows warps
+// per row: a warp's chain of dependent K steps, not the SM count, bounds a decode shrink.
+void plan_shrink(Params& p) {
+  const int64_t busy = busy_blocks(p);
+  int groups = 1;
+  if (busy < kTargetBlocks) groups = int(std::min<int64_t>((kTargetBlocks + busy - 1) / busy, p.rA));
+  groups = std::max(1, groups);
+  p.rows = (p.rA + groups - 1) / groups;
+  p.kparts = 1;
+  if (groups > 1 && p.rows < kWarps) {
+    int r = 1;
+    while (r < p.rows) r *= 2;  // a divisor of kWarps
+    p.rows = r;
+    p.kparts = kWarps / r;
+  }
+  p.nz = (p.rA + p.rows - 1) / p.rows;
+  p.tn = p.N;
+}
+
 template <class T, class TI>
 void launch_typed(const Params& p, int mode, int S, cudaStream_t st) {
-  const dim3 grid(unsigned(p.naive ? p.numel : p.Q), unsigned(p.naive ? 1 : (p.lora_ids ? p.L + 1 : p.L)), unsigned(S));
+  const dim3 grid(unsigned(p.naive ? p.numel : p.Q), unsigned(p.naive ? 1 : (p.lora_ids ? p.L + 1 : p.L)),
+                  unsigned(S * p.nz));
   const std::size_t smem = std::size_t(kChunk) * std::max(p.rA, p.rB) * sizeof(float);
   auto go = [&](auto kernel) {
     if (smem > 48 * 1024)
@@ -316,9 +390,14 @@ void launch_typed(const Params& p, int mode, int S, cudaStream_t st) {
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 
-void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st) {
-  const Params p = make_params(a, mode);
-  if (mode == kShrinkOnly && p.numel > 0)
+void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true) {
+  Params p = make_params(a, mode);
+  p.S = a.num_slices;
+  p.rows = p.rA;
+  p.kparts = 1;
+  if (mode == kShrinkOnly) plan_shrink(p);
+  else plan_expand(p, mode == kFused);
+  if (mode == kShrinkOnly && clear && p.numel > 0)
     PUNICA_CUDA_CHECK(cudaMemsetAsync(a.intermediate, 0,
                                       std::size_t(a.num_slices) * p.numel * p.rA * dtype_size(a.inter_dtype()), st));
   if (p.numel == 0 || p.L == 0 || p.E == 0) return;
@@ -334,11 +413,27 @@ void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st) {
   }
 }
 
+// The one call through the caller's scratch: a row-split shrink, then a column-tiled expand, so a
+// decode step spreads over many SMs. Never slower in bytes (the buffer is S*M*k*r), one launch
+// more. The expand reads only rows the shrink wrote (same blocks, same skips), so no clearing.
+bool fused_use_split(const FusedMoeLoraArgs& a) { return a.intermediate != nullptr; }
+
 }  // namespace
 
-void launch_add_lora_fused_moe(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kFused, st); }
+void launch_add_lora_fused_moe(const FusedMoeLoraArgs& a, cudaStream_t st) {
+  if (!fused_use_split(a)) { run(a, kFused, st); return; }
+  (void)make_params(a, kFused);  // the one-call form's argument rules
+  run(a, kShrinkOnly, st, /*clear=*/false);
+  run(a, kExpandOnly, st);
+}
 void launch_fused_moe_lora_shrink(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kShrinkOnly, st); }
 void launch_fused_moe_lora_expand(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kExpandOnly, st); }
+
+std::size_t fused_moe_lora_workspace_bytes(int64_t num_tokens, int top_k, int num_slices, int max_rank,
+                                           DType inter_dtype) {
+  return std::size_t(std::max<int64_t>(num_tokens, 0)) * std::size_t(std::max(top_k, 0)) *
+         std::size_t(std::max(num_slices, 0)) * std::size_t(std::max(max_rank, 0)) * dtype_size(inter_dtype);
+}
 
 MoeLoraRoutingElems moe_lora_w13_routing_elems(int64_t max_tokens, int top_k, int num_experts_k, int block_size,
                                                int max_loras, bool pad_sorted_ids) {

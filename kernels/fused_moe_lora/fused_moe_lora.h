@@ -62,14 +62,19 @@ struct FusedMoeLoraArgs {
   int64_t y_row_stride = 0;
   int64_t offset = 0;                     // first column written (sharded w2: tp_rank * H/tp)
   bool add_inputs = true;
-  void* intermediate = nullptr;           // split form only: [S, M, k, a_rank] (shrink) / [S, M, k, max_rank]
-                                          // (expand), intermediate_dtype
+  void* intermediate = nullptr;           // split form: [S, M, k, a_rank] (shrink) / [S, M, k, max_rank]
+                                          // (expand), intermediate_dtype. One call: optional scratch of
+                                          // fused_moe_lora_workspace_bytes (clobbered; spreads the work)
 };
 
 // One call: shrink and expand fused, the intermediate kept on chip.
 // Asynchronous on `stream`, no host synchronisation or allocation (graph capturable); M = 0 is a no-op.
 // lora_ids entries must be distinct (each slot's pairs are visited once per entry).
+// With `intermediate` set it runs as shrink + column-tiled expand through it (same y bits).
 void launch_add_lora_fused_moe(const FusedMoeLoraArgs& args, cudaStream_t stream);
+// Bytes of the one call's optional scratch: S * M * k * max_rank of intermediate_dtype.
+std::size_t fused_moe_lora_workspace_bytes(int64_t num_tokens, int top_k, int num_slices, int max_rank,
+                                           DType inter_dtype);
 // The fully-sharded split, so a collective can run between the halves. Shrink OVERWRITES the whole
 // intermediate [S, M, k, a_rank]: rows of visited pairs hold round_I(A . x) over the local true rank
 // (clamp(lora_ranks[l] - a_rank_offset, 0, a_rank)), every other element 0. Expand reads

@@ -448,6 +448,7 @@ struct MoeFused {
   bool add_inputs = true, shared_a = false, shared_b = false;
   int64_t offset = 0, W = 0;
   int x = -1, y = -1, a[kernels::kMaxSlices] = {}, b[kernels::kMaxSlices] = {};
+  int inter_idx = -1;  // the one call's scratch (shrink + tiled expand through it)
 
   void build(const Case& c, const BatchLayout& lay, const ProblemOptions& o, std::vector<HostTensor>& out, bool w2,
              int64_t off) {
@@ -471,6 +472,8 @@ struct MoeFused {
     y = bld.output("y", dtype, {k.M, k.cfg.top_k, W}, add_inputs, k.M, int64_t(k.cfg.top_k) * W);
     mark_moe_untouched(out[std::size_t(y)], k, W, offset, c1);
     k.add_routing_scratch(bld);
+    inter_idx = bld.scratch("moe_intermediate", std::max<std::size_t>(16, kernels::fused_moe_lora_workspace_bytes(
+                                                    std::max<int64_t>(k.M, 1), k.cfg.top_k, f.S, k.r, inter)));
   }
   // The fused op's Args without the routing.
   kernels::FusedMoeLoraArgs args(const std::vector<void*>& p) const {
@@ -488,6 +491,7 @@ struct MoeFused {
     r.token_lora_mapping = k.ptr(p, k.map_idx);
     r.adapter_enabled = k.ptr(p, k.enabled_idx);
     r.y = p[std::size_t(y)]; r.y_row_stride = W; r.offset = offset; r.add_inputs = add_inputs;
+    r.intermediate = p[std::size_t(inter_idx)];
     return r;
   }
   std::string describe(bool naive) const {

@@ -50,6 +50,17 @@ void fused_case(const MoeCase& c) {
   std::string rep;
   const auto written = written_mask(p);
   CHECK(compare_y(ygot, yref, p.y0, written, rtol_for(c.dtype), rep) == 0, "one call:" + rep);
+  {
+    // one call through the scratch (row/K-split shrink + column-tiled expand); the K split sums in
+    // another order, so against the reference, not bit-equal to the fused kernel
+    Tensor ws(c.inter, std::size_t(c.S) * p.numel * p.R);
+    for (std::size_t i = 0; i < ws.n; ++i) ws.set(i, NAN);
+    Tensor y3 = p.y0;
+    auto g3 = p.args(y3.data()); g3.routing = er.r; g3.intermediate = ws.data();
+    launch_add_lora_fused_moe(g3, nullptr);
+    std::string rep3;
+    CHECK(compare_y(y3, yref, p.y0, written, rtol_for(c.dtype), rep3) == 0, "one call with scratch:" + rep3);
+  }
   // split
   Tensor inter(c.inter, std::size_t(c.S) * p.numel * p.R);
   for (std::size_t i = 0; i < inter.n; ++i) inter.set(i, NAN);
@@ -61,9 +72,8 @@ void fused_case(const MoeCase& c) {
   std::vector<uint8_t> all(inter.n, 1);
   std::string rep2;
   CHECK(compare_y(inter, rint, rint, all, rtol_for(c.inter == punica::kernels::DType::f32 ? c.dtype : c.inter), rep2) == 0, "intermediate:" + rep2);
-  std::size_t diff = 0;
-  for (std::size_t i = 0; i < y2.n; ++i) diff += y2.bits(i) != ygot.bits(i);
-  CHECK(diff == 0, "split differs from one call: " + std::to_string(diff));
+  std::string rep4;  // the shrink's K split may sum in another order than the one call
+  CHECK(compare_y(y2, yref, p.y0, written, rtol_for(c.dtype), rep4) == 0, "split:" + rep4);
 }
 
 void align_only(const MoeCase& c) {
@@ -116,6 +126,11 @@ int main(int argc, char** argv) {
     c.name = "rank_scalar_f32inter"; c.M = 37; c.E = 8; c.k = 2; c.inter = punica::kernels::DType::f32; c.ranks = {7, 3, 0, 7}; c.K = 9; c.N = 5; fused_case(c);
     c.name = "bs128"; c.inter = c.dtype; c.bs = 128; c.M = 300; c.E = 4; c.ranks = {16, 16}; c.K = 64; c.N = 48; fused_case(c);
     c.name = "rank64"; c.bs = 16; c.M = 50; c.E = 8; c.ranks = {64, 32, 64}; c.K = 256; c.N = 300; c.w2 = true; c.S = 1; fused_case(c);
+    // column tiles (N odd, > 2 tiles) and shrink row groups (rank 24: 3 groups of 8), decode-sized
+    c.name = "tiles_decode"; c.none_pct = 0; c.M = 1; c.k = 2; c.E = 4; c.ranks = {24, 16}; c.K = 40; c.N = 777; c.w2 = false; c.S = 2; fused_case(c);
+    c.name = "tiles_decode_naive"; c.naive = true; fused_case(c);
+    c.name = "tiles_noadd_off"; c.naive = false; c.M = 9; c.add_inputs = false; c.offset = 5; c.N = 515; c.none_pct = 40; fused_case(c);
+    c.name = "tiles_fused_recompute"; c.add_inputs = true; c.offset = 0; c.K = 8; c.N = 1031; c.ranks = {8, 5}; fused_case(c);
   }
   for (int M : {100, 4096})  // vLLM's alignment matrix corners (SPEC §6.4)
     for (int E : {64, 512})

@@ -4,7 +4,7 @@
 # kernels' logic where no GPU is at hand, not a GPU test. ASAN=1 adds AddressSanitizer (the kernels'
 # out-of-bounds reads and writes: memcheck's job). An argument adds a vLLM-sized case (slow).
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -18,5 +18,5 @@ for k in fused_moe_lora/fused_moe_lora moe_lora_align/moe_lora_align; do
   g++ -O0 $SAN -std=c++17 -w $INC -c "$W/$(basename $k).cpp" -o "$W/$(basename $k).o"
 done
 g++ -O2 $SAN -std=c++17 -w $INC scripts/lab/probes/block_emu/moe_emu_check.cpp "$W"/*.o reference/moe_reference.cpp \
-  reference/naive_moe_reference.cpp "$CUDA/lib64/libcudart_static.a" -ldl -lpthread -lrt -o "$W/moe_emu_check"
+  reference/naive_moe_reference.cpp kernels/common/check.cpp "$CUDA/lib64/libcudart_static.a" -ldl -lpthread -lrt -o "$W/moe_emu_check"
 ASAN_OPTIONS=detect_leaks=0 "$W/moe_emu_check" "$@"
