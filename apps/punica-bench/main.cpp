@@ -377,7 +377,8 @@ int main(int argc, char** argv) {
                       "Result JSON files (bench and/or layer runs); repeated runs of the same cases each count, "
                       "so a row reads met k of n runs")
       ->required();
-  targets->add_option("-t,--target", tgt_names, "Only these targets (repeatable; definitions in targets.h)")
+  targets->add_option("-t,--target", tgt_names, "Only this target (repeat -t for more; definitions in targets.h)")
+      ->allow_extra_args(false)
       ->check(CLI::IsMember(target_names()));
   targets->add_flag("--list-missed", tgt_missed, "Print every case that misses a target, with its value and bound");
   targets->add_flag("--by-tokens", tgt_by_tokens,
