@@ -36,7 +36,7 @@ struct GuardedBuf {
   }
 };
 inline GuardedBuf guarded(const std::vector<int32_t>& v) { return GuardedBuf(v.data(), v.size() * 4); }
-inline GuardedBuf guarded(const Tensor& t) { return GuardedBuf(t.data(), t.bytes()); }
+inline GuardedBuf guarded(const Tensor& t) { return GuardedBuf(t.data(), t.nbytes()); }
 inline GuardedBuf guarded(const std::vector<float>& v) { return GuardedBuf(v.data(), v.size() * 4); }
 
 // Inputs of a MoeProblem on the device (read-only ones guarded too: cheap, and a stray write shows).

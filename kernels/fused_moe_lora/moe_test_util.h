@@ -15,27 +15,13 @@
 #include "kernels/common/check.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/hash_rng.h"
+#include "kernels/common/host_tensor.h"
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
 
 namespace punica::kernels::moetest {
 
-struct Tensor {
-  DType dt = DType::bf16;
-  std::size_t n = 0;
-  std::vector<uint8_t> b;
-  Tensor() = default;
-  Tensor(DType t, std::size_t count) : dt(t), n(count), b(std::max<std::size_t>(count, 1) * dtype_size(t)) {}
-  void* data() { return b.data(); }
-  const void* data() const { return b.data(); }
-  std::size_t bytes() const { return n * dtype_size(dt); }
-  float get(std::size_t i) const { return load_elem(b.data(), dt, i); }
-  void set(std::size_t i, float v) { store_elem(b.data(), dt, i, v); }
-  uint32_t bits(std::size_t i) const {
-    uint32_t u = 0;
-    std::memcpy(&u, b.data() + i * dtype_size(dt), dtype_size(dt));
-    return u;
-  }
-};
+// The tests' one host tensor type (kernels/common/host_tensor.h).
+using Tensor = HostTensor;
 
 struct MoeCase {
   std::string name = "case";
@@ -300,7 +286,7 @@ inline std::vector<MoeCase> odd_fused_cases() {
 inline std::size_t compare_y(const Tensor& got, const Tensor& ref, const Tensor& y0, const std::vector<uint8_t>& written,
                              double rtol, std::string& report) {
   CheckSpec spec;
-  spec.dtype = ref.dt;
+  spec.dtype = ref.dtype;
   spec.n = ref.n;
   spec.y0 = y0.data();
   spec.keep = [&](std::size_t i) { return !written[i]; };
