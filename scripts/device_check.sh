@@ -93,6 +93,8 @@ case "$PROFILE" in
     for s in smoke llama3_8b_decode llama3_8b_prefill; do
       step "check_$s" $PB check --backend cuda -q --sample-rows 256 scenarios/$s.json
     done
+    # vLLM's MoE LoRA test matrices (SPEC 6.3-6.4), 113 cases
+    step check_vllm_moe_grid $PB check --backend cuda -q --sample-rows 64 scenarios/vllm_moe_grid.json
     step bench_llama3_8b $PB run --backend cuda --sample-rows 128 -o "$OUT/bench_llama3_8b.json" --overwrite scenarios/llama3_8b_decode.json scenarios/llama3_8b_prefill.json
     # Few adapters in many slots (max_loras 32, 1-8 adapters in the batch; NOTES v27 part 2), 162 cases
     step bench_sparse_slots $PB run --backend cuda --sample-rows 64 -o "$OUT/bench_sparse_slots.json" --overwrite scenarios/bench_sparse_slots.json
