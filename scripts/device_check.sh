@@ -12,7 +12,7 @@
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
-OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full micro layers)}
+OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid micro layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
@@ -98,6 +98,10 @@ case "$PROFILE" in
     step bench_llama3_8b $PB run --backend cuda --sample-rows 128 -o "$OUT/bench_llama3_8b.json" --overwrite scenarios/llama3_8b_decode.json scenarios/llama3_8b_prefill.json
     # Few adapters in many slots (max_loras 32, 1-8 adapters in the batch; NOTES v27 part 2), 162 cases
     step bench_sparse_slots $PB run --backend cuda --sample-rows 64 -o "$OUT/bench_sparse_slots.json" --overwrite scenarios/bench_sparse_slots.json
+    ;;
+  offgrid)
+    # issue 47: ranks 8-512 and mixed sets, shapes and token counts off the tuned grid, 504 cases
+    step bench_offgrid $PB run --backend cuda --sample-rows 64 -o "$OUT/bench_offgrid.json" --overwrite scenarios/bench_offgrid.json
     ;;
   micro)
     # Its own step (and timeout): as a bare command in a call it once ran past a 90 s cap.
