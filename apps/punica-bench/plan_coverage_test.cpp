@@ -6,6 +6,7 @@
 // modes (stream-K, split-K, atomics, memset) count apart. Runs on the CPU with an H200's traits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -110,6 +111,11 @@ TEST(PlanCoverage, QuickCheckScenariosReachEveryAutomaticPlan) {
   H200 h200;
   const auto universe = swept_kinds();
   const auto reached = scenario_kinds();
+  // The H200's traits took effect: the sweep reaches the tiles that need wgmma and clusters (without
+  // them the universe would shrink to what a CPU host plans, and the coverage check would say less).
+  const auto& shrink = universe.at("lora_shrink");
+  EXPECT_TRUE(std::any_of(shrink.begin(), shrink.end(), [](const std::string& k) { return k.rfind("wgmma", 0) == 0; }));
+  EXPECT_TRUE(std::any_of(shrink.begin(), shrink.end(), [](const std::string& k) { return k.rfind("cluster", 0) == 0; }));
   for (const auto& [op, kinds] : universe) {
     ASSERT_FALSE(kinds.empty()) << op;
     std::string missing;

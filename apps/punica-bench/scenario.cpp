@@ -50,7 +50,6 @@ const std::vector<std::string>& all_fields() {
   }();
   return v;
 }
-#define kFields all_fields()
 const FieldSpec* op_field(const std::string& key) {
   static const std::vector<FieldSpec> v = registered_op_fields();
   for (const auto& f : v)
@@ -84,7 +83,6 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 // Fields whose single value is itself a list: they cross only when given a list of lists.
-const FieldSpec* op_field(const std::string& key);
 bool list_valued(const std::string& k) {
   if (const FieldSpec* f = op_field(k)) return f->list_valued;
   return k == "slices" || k == "ranks" || k == "none_slices";
@@ -610,7 +608,7 @@ Case CaseBuilder::build() {
 
   // Id: every declared axis in canonical order (not name/op, not timing-only fields).
   c_.id = c_.name + "/" + c_.op;
-  for (const auto& k : kFields) {
+  for (const auto& k : all_fields()) {
     if (k == "name" || k == "op" || timing_only(k) || !f_.count(k)) continue;
     c_.id += "/" + k + "=" + id_value(k, f_.at(k).alt.v);
   }
@@ -698,13 +696,13 @@ Scenario expand(const json& doc, const std::string& file, const std::vector<Axis
   if (doc.contains("defaults")) {
     const json& d = doc["defaults"];
     if (!d.is_object()) bad(file, "/defaults", "expected an object of case fields" + got(d));
-    check_keys(file, d, "/defaults", kFields);
+    check_keys(file, d, "/defaults", all_fields());
     for (auto it = d.begin(); it != d.end(); ++it)
       if (!it.value().is_null()) defaults[it.key()] = {it.value(), "/defaults/" + it.key()};
   }
   for (const auto& o : ovr) {
-    if (!contains(kFields, o.key) || o.key == "name")
-      bad(file, "-a " + o.key, unknown_key_msg(o.key, kFields));
+    if (!contains(all_fields(), o.key) || o.key == "name")
+      bad(file, "-a " + o.key, unknown_key_msg(o.key, all_fields()));
     if (o.value.is_null())
       defaults.erase(o.key);
     else
@@ -715,7 +713,7 @@ Scenario expand(const json& doc, const std::string& file, const std::vector<Axis
   if (!cases.is_array()) bad(file, "/cases", "expected a non-empty list of cases" + got(cases));
   if (cases.empty()) bad(file, "/cases", "expected a non-empty list of cases, got []");
 
-  std::vector<std::string> case_keys = kFields;
+  std::vector<std::string> case_keys = all_fields();
   case_keys.push_back("description");
   std::map<std::string, std::string> seen;  // id -> case path
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -742,7 +740,7 @@ Scenario expand(const json& doc, const std::string& file, const std::vector<Axis
     // Axes in canonical order with their alternatives.
     std::vector<std::pair<std::string, std::vector<Alt>>> axes;
     size_t total = 1;
-    for (const auto& k : kFields) {
+    for (const auto& k : all_fields()) {
       auto it = merged.find(k);
       if (it == merged.end()) continue;
       axes.emplace_back(k, alternatives(file, k, {it->second.v, it->second.path}));
@@ -824,10 +822,6 @@ double hash_unit(uint64_t key, uint64_t index) {
 
 }  // namespace
 
-const std::vector<std::string>& known_ops() {
-  static const std::vector<std::string> v = registered_ops();
-  return v;
-}
 const std::vector<std::string>& known_models() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
@@ -836,7 +830,7 @@ const std::vector<std::string>& known_models() {
   }();
   return names;
 }
-const std::vector<std::string>& scenario_fields() { return kFields; }
+const std::vector<std::string>& scenario_fields() { return all_fields(); }
 const ModelPreset* find_model(const std::string& name) {
   for (const auto& m : kModels)
     if (m.name == name) return &m;
@@ -854,8 +848,8 @@ AxisOverride parse_axis_override(const std::string& text) {
   AxisOverride o;
   o.key = text.substr(0, eq);
   std::string val = text.substr(eq + 1);
-  if (!contains(kFields, o.key) || o.key == "name")
-    throw Error(ErrorKind::usage, "-a " + o.key + ": " + unknown_key_msg(o.key, kFields));
+  if (!contains(all_fields(), o.key) || o.key == "name")
+    throw Error(ErrorKind::usage, "-a " + o.key + ": " + unknown_key_msg(o.key, all_fields()));
   long long a = 0, b = 0, s = 0;
   char tail = 0;
   if (std::sscanf(val.c_str(), "[%lld:%lld:%lld]%c", &a, &b, &s, &tail) == 3) {

@@ -76,8 +76,7 @@ Scenario load_scenario(const std::string& path);
 Scenario parse_scenario(const std::string& text, const std::string& path);
 // The built-in default scenario (`punica-bench run` with no file): small, mixed adapters and ranks.
 Scenario default_scenario();
-// Known op names and model presets (for validation and `punica-bench info`).
-const std::vector<std::string>& known_ops();
+// Known model presets (for validation and `punica-bench info`; op names: registry.h).
 const std::vector<std::string>& known_models();
 
 // ---- additions (scenario layer) ----

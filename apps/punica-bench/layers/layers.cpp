@@ -455,11 +455,6 @@ class ColumnLayer final : public LayerProblem {
   void reference(const std::vector<void*>& p, bool) override {
     const auto rows = ref_rows();
     const auto X = gen_rows("x", rows, K_, 1.0f);
-    std::vector<std::vector<std::vector<float>>> U(plan_.lora_rows.size());
-    std::vector<char> lora_used(plan_.lora_rows.size(), 0);
-    for (auto& sl : plan_.slices) lora_used[std::size_t(sl.lora)] = 1;
-    for (std::size_t i = 0; i < U.size(); ++i)
-      if (lora_used[i]) U[i] = ref_shrink("lora_a." + std::to_string(i), is_none(int(i)), rows, X, K_);
     // Each local column's expectation from vLLM's rules, not from the layer's own plan_ (a wrong
     // shard mapping in the layer then fails the check). Full sub-LoRA widths likewise from the case.
     const std::vector<layers::ExpectedColumn> expect = layers::vllm_expected_columns(c_, tp_, rho_);
@@ -475,8 +470,11 @@ class ColumnLayer final : public LayerProblem {
       for (auto n : c_.slices) all += n;
       lora_width = {all};
     }
-    for (std::size_t i = 0; i < U.size() && i < lora_width.size(); ++i)
-      if (!lora_used[i] && U[i].empty()) U[i] = ref_shrink("lora_a." + std::to_string(i), is_none(int(i)), rows, X, K_);
+    // The shrink of each sub-LoRA the expected columns use, once.
+    std::vector<std::vector<std::vector<float>>> U(lora_width.size());
+    for (const auto& e : expect)
+      if (U[std::size_t(e.lora)].empty())
+        U[std::size_t(e.lora)] = ref_shrink("lora_a." + std::to_string(e.lora), is_none(e.lora), rows, X, K_);
     const uint64_t kw = g_.key("weight"), kb = g_.key("bias");
     const float ws = 1.0f / std::sqrt(float(K_));
     parallel_for(N_, [&](int64_t c0, int64_t c1) {
