@@ -209,19 +209,8 @@ class LayerProblem : public Problem {
     map_ = request_level ? lay.request_slot : lay.token_slot;
     T_ = int64_t(map_.size());
     ranks_ = ints("lora_ranks", slot_rank_);
-    meta_.T = T_;
-    meta_.L = L_;
-    meta_.mapping = ints("token_lora_mapping_in", map_);
-    auto mk = [&](const std::string& n, int64_t len) { return scratch(n, std::size_t(std::max<int64_t>(len, 1)) * 4); };
-    meta_.tlm = mk("token_lora_mapping", T_);
-    meta_.sorted = mk("sorted_token_ids", T_);
-    meta_.active = mk("active_lora_ids", L_ + 1);
-    meta_.counts = mk("num_tokens_per_lora", L_ + 1);
-    meta_.start = mk("lora_token_start_loc", L_ + 2);
-    meta_.nolora = mk("no_lora_flag", 1);
-    meta_.nactive = mk("num_active", 1);
-    meta_.ws_bytes = std::max<std::size_t>(16, kernels::lora_meta_workspace_bytes(std::max<int64_t>(T_, 1), L_));
-    meta_.ws = scratch("meta_workspace", meta_.ws_bytes);
+    Builder b(c, o, tensors);  // the op entries' LoRAKernelMeta tensors (op_kit.h)
+    meta_ = add_meta(b, map_, L_, /*as_outputs=*/false, meta_ws_bytes(T_, L_));
     mapping_tensor = meta_.mapping;
     for (int32_t s : map_)
       if (s >= 0) {
