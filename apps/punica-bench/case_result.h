@@ -39,6 +39,9 @@ struct TimingResult {
 };
 struct BaselineResult {  // negative = unavailable
   double cublas_us = -1, cublas_grouped_us = -1, copy_us = -1, copy_batch_us = -1;
+  // cublas_grouped_us = the faster of one grouped-batched call per Grouped entry and per-group GEMMs
+  // in one CUDA graph
+  double cublas_grouped_batched_us = -1, cublas_gemm_graph_us = -1;
   bool launches_held = false;
 };
 struct CommResult {

@@ -106,6 +106,9 @@ nlohmann::json case_record(const CaseResult& r) {
     const BaselineResult& b = *r.baseline;
     rec["baseline"] = {{"cublas_us", num_or_null(b.cublas_us, b.cublas_us >= 0)},
                        {"cublas_grouped_us", num_or_null(b.cublas_grouped_us, b.cublas_grouped_us >= 0)},
+                       {"cublas_grouped_batched_us",
+                        num_or_null(b.cublas_grouped_batched_us, b.cublas_grouped_batched_us >= 0)},
+                       {"cublas_gemm_graph_us", num_or_null(b.cublas_gemm_graph_us, b.cublas_gemm_graph_us >= 0)},
                        {"copy_us", num_or_null(b.copy_us, b.copy_us >= 0)},
                        {"copy_batch_us", num_or_null(b.copy_batch_us, b.copy_batch_us >= 0)},
                        {"launches_held", b.launches_held}};

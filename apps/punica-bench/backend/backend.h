@@ -105,8 +105,12 @@ class Backend {
   // accumulate: y = x W^T + y (beta = 1, y read and written), as an accumulating op does.
   virtual double baseline_gemm_us(kernels::DType dt, int64_t m, int64_t n, int64_t k, int iters, bool accumulate) = 0;
   struct Group { int64_t m, n, k; };
-  virtual double baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups, int iters,
-                                          bool accumulate) = 0;
+  // One set of per-group GEMMs (y_g = x_g W_g^T (+ y_g)) over inputs permuted beforehand, timed two
+  // ways (issue 44): one cublasGemmGroupedBatchedEx call, and one cublasGemmEx per group captured
+  // in one CUDA graph (a launch of the graph per call). Negative = unavailable.
+  struct GroupedTimes { double batched_us = -1, graph_us = -1; };
+  virtual GroupedTimes baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups, int iters,
+                                                bool accumulate) = 0;
   // The speed of light of a case's own size: a device-to-device copy that moves `bytes` in all
   // (bytes / 2 read, bytes / 2 written), timed as the case is: cold (median of `iters`, each copy on
   // a region that the others have pushed out of L2) and back to back (`calls` copies in one CUDA

@@ -142,7 +142,7 @@ class CpuBackend final : public Backend {
     return c;
   }
   double baseline_gemm_us(DType, int64_t, int64_t, int64_t, int, bool) override { return -1; }
-  double baseline_grouped_gemm_us(DType, const std::vector<Group>&, int, bool) override { return -1; }
+  GroupedTimes baseline_grouped_gemm_us(DType, const std::vector<Group>&, int, bool) override { return {}; }
 
  private:
   const Dist& need_dist(int tp) const {

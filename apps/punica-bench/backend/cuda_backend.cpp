@@ -333,10 +333,11 @@ class CudaBackend final : public Backend {
     });
     return median(t);
   }
-  double baseline_grouped_gemm_us(DType dt, const std::vector<Group>& groups, int iters, bool accumulate) override {
+  GroupedTimes baseline_grouped_gemm_us(DType dt, const std::vector<Group>& groups, int iters,
+                                        bool accumulate) override {
     std::vector<Group> g;
     for (auto& x : groups) if (x.m > 0 && x.n > 0 && x.k > 0) g.push_back(x);
-    if (g.empty()) return -1;
+    if (g.empty()) return {};
     const int G = int(g.size());
     std::size_t es = kernels::dtype_size(dt);
     std::vector<std::size_t> off(3 * G + 1, 0);
@@ -369,15 +370,46 @@ class CudaBackend final : public Backend {
       ptrs.emplace_back(hp.size() * sizeof(void*));
       ptrs.back().upload(hp.data(), hp.size() * sizeof(void*));
     }
-    auto t = time_iterations(3, iters, [&](int it) {
+    GroupedTimes r;
+    r.batched_us = median(time_iterations(3, iters, [&](int it) {
       auto** p = ptrs[it % copies].as<void*>();
       PUNICA_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
           cublas_, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alpha.data(),
           (const void* const*)p, cuda_type(dt), lda.data(), (const void* const*)(p + G), cuda_type(dt),
           ldb.data(), beta.data(), (void* const*)(p + 2 * G), cuda_type(dt), ldc.data(), G, gs.data(),
           CUBLAS_COMPUTE_32F));
-    });
-    return median(t);
+    }));
+    bool held = last_held_;
+    // The same GEMMs as one cublasGemmEx per group (base_linear: cuBLAS's own kernel choice per
+    // shape), captured into one graph per rotated copy; a call = one graph launch.
+    std::vector<std::unique_ptr<Graph>> graphs;
+    for (int c = 0; c < copies; ++c) {
+      char* base = static_cast<char*>(bufs[std::size_t(c)].get());
+      auto gr = std::make_unique<Graph>();
+      synchronize();
+      PUNICA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        for (int i = 0; i < G; ++i) {
+          LinearArgs la;
+          la.dtype = dt; la.m = g[i].m; la.n = g[i].n; la.k = g[i].k;
+          la.x = base + off[3 * i]; la.w = base + off[3 * i + 1]; la.y = base + off[3 * i + 2];
+          la.ldy = g[i].n;
+          la.accumulate = accumulate;
+          base_linear(la);
+        }
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &gr->graph);
+        throw;
+      }
+      PUNICA_CUDA_CHECK(cudaStreamEndCapture(stream_, &gr->graph));
+      PUNICA_CUDA_CHECK(cudaGraphInstantiate(&gr->exec, gr->graph, 0));
+      graphs.push_back(std::move(gr));
+    }
+    r.graph_us = median(time_iterations(3, iters, [&](int it) {
+      PUNICA_CUDA_CHECK(cudaGraphLaunch(graphs[std::size_t(it % copies)]->exec, stream_));
+    }));
+    last_held_ = held && last_held_;
+    return r;
   }
   CopyBaseline baseline_copy_us(std::size_t bytes, int iters, int calls) override {
     CopyBaseline r;
