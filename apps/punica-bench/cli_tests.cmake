@@ -79,15 +79,15 @@ set_tests_properties(cli_results_roundtrip PROPERTIES LABELS cli TIMEOUT 300)
 # name (2), and the committed H200 bench and layer results (parse and evaluate; by token count too).
 add_test(NAME cli_targets COMMAND bash -c "
   set -e; rm -f ${TMPD}/t.json
-  ${EXPECT} 0 'targets met in 5 of 7' -- ${PB} targets ${TD}/targets_sample.json
-  ${EXPECT} 3 'missed back_to_back  s/lora_expand/x=1: 30.00 us > 27.00 us' -- ${PB} targets --strict --list-missed ${TD}/targets_sample.json
-  ${PB} targets -t cold --json ${TMPD}/t.json ${TD}/targets_sample.json > /dev/null
+  ${EXPECT} 0 'targets met in 4 of 5' -- ${PB} targets ${TD}/targets_sample.json
+  ${EXPECT} 3 'missed dense_prefill  s/lora_expand/x=1: copy fraction 0.500 < 0.750' -- ${PB} targets --strict --list-missed ${TD}/targets_sample.json
+  ${PB} targets -t dense_prefill --json ${TMPD}/t.json ${TD}/targets_sample.json > /dev/null
   grep -q 'punica-bench.targets/1' ${TMPD}/t.json
   ${EXPECT} 2 'already exists' -- ${PB} targets --json ${TMPD}/t.json ${TD}/targets_sample.json
   ${EXPECT} 2 'schema' -- ${PB} targets ${SC}/smoke.json
   ${EXPECT} 2 'not in' -- ${PB} targets -t nope ${TD}/targets_sample.json
   ${EXPECT} 0 'decode_gather' -- ${PB} targets ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json ${CMAKE_SOURCE_DIR}/results/h200x2/layers_llama_decode_np2.json
-  ${EXPECT} 0 'cold +lora_shrink T=8192 +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+-[0-9.]+' -- ${PB} targets --by-tokens -t cold ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json
+  ${EXPECT} 0 'dense_prefill +lora_shrink T=8192 +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+-[0-9.]+' -- ${PB} targets --by-tokens -t dense_prefill ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json
   ${EXPECT} 0 'moe_vs_cublas +add_lora_w13' -- ${PB} targets -t moe_vs_cublas ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_t1_512.json ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_t4096.json
 ")
 set_tests_properties(cli_targets PROPERTIES LABELS cli TIMEOUT 120)
