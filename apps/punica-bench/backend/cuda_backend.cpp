@@ -205,6 +205,23 @@ class CudaBackend final : public Backend {
     kernels::launch_embedding_lookup(y, table, ids, dt, T, dim, begin, end, ldy, stream_);
   }
 
+  void gather_rows(void* dst, const void* src, const int32_t* idx, const float* scale, DType dt, int64_t rows,
+                   int64_t cols, int64_t ld_dst, int64_t ld_src) override {
+    kernels::launch_moe_gather_rows(dst, src, idx, scale, dt, rows, cols, ld_dst, ld_src, stream_);
+  }
+  void moe_activation(void* out, const void* in, DType dt, int64_t rows, int64_t inter, kernels::MoeAct act) override {
+    kernels::launch_moe_activation(out, in, dt, rows, inter, act, stream_);
+  }
+  void moe_sum(void* out, const void* in, DType dt, int64_t tokens, int top_k, int64_t cols) override {
+    kernels::launch_moe_sum(out, in, dt, tokens, top_k, cols, stream_);
+  }
+  // One cublasGemmEx per expert on the stream (the group sizes are host values, so the calls need
+  // no device pointer table and are graph capturable).
+  void grouped_linear(const std::vector<LinearArgs>& gemms) override {
+    for (const auto& g : gemms)
+      if (g.m > 0 && g.n > 0) base_linear(g);
+  }
+
   void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {
     if (tp == 1) { copy(out, in, count * 4); return; }
     PUNICA_NCCL_CHECK(ncclAllGather(in, out, count, ncclFloat32, comm(tp), stream_));
