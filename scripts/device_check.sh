@@ -136,6 +136,9 @@ case "$PROFILE" in
     # presets (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite) timed at tp <= GPUs, prefill T = 4096 and
     # decode T = 64 each its own step; MOE_LAYERS_FILTER narrows them (e.g. 'mixtral').
     step moe_layer_ci $MPI $PB check --backend cuda -q --nan-padding -f "/tp=(${TPS})/" scenarios/ci_moe_layer.json
+    # its new kernels (kernels/moe_base) and the layer's buffers under memcheck, tp 1 cases (seconds)
+    step moe_layer_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 $PB check --backend cuda -q \
+      -f '/tp=1/' scenarios/ci_moe_layer.json
     for ph in prefill decode; do
       F="^${ph}_.*${MOE_LAYERS_FILTER:-}.*/tp=(${TPS})/"
       step moe_layers_$ph $MPI $PB run --backend cuda --sample-rows 16 --iters 20 -f "$F" \
