@@ -67,6 +67,11 @@ __global__ void moe_sum_kernel(T* out, const T* in, int64_t tokens, int top_k, i
   }
 }
 
+__global__ void write_pointers_kernel(void** table, MoePtrPack pack) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < pack.n) table[i] = const_cast<void*>(pack.p[i]);
+}
+
 unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 65535)); }
 
 }  // namespace
@@ -107,6 +112,13 @@ void launch_moe_sum(void* out, const void* in, DType dtype, int64_t tokens, int 
     using T = decltype(tag);
     moe_sum_kernel<T><<<b, 256, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), tokens, top_k, cols);
   });
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_write_pointers(void** table, const MoePtrPack& pack, cudaStream_t stream) {
+  if (pack.n <= 0) return;
+  PUNICA_REQUIRE(table && pack.n <= kMoePtrPackMax, ErrorKind::usage, "launch_moe_write_pointers: bad table or count");
+  write_pointers_kernel<<<(pack.n + 127) / 128, 128, 0, stream>>>(table, pack);
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 

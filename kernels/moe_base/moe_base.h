@@ -28,4 +28,14 @@ void launch_moe_activation(void* out, const void* in, DType dtype, int64_t rows,
 void launch_moe_sum(void* out, const void* in, DType dtype, int64_t tokens, int top_k, int64_t cols,
                     cudaStream_t stream);
 
+// The device pointer table of a cuBLAS grouped GEMM (cublasGemmGroupedBatchedEx reads its A/B/C
+// arrays from device memory), written by a kernel whose parameters carry the pointers, so that the
+// write is one graph-capturable launch with no host copy: table[i] = pack.p[i] for i < pack.n.
+constexpr int kMoePtrPackMax = 480;  // pointers per launch (the pack fits the 4 KB of kernel parameters)
+struct MoePtrPack {
+  const void* p[kMoePtrPackMax] = {};
+  int n = 0;
+};
+void launch_moe_write_pointers(void** table, const MoePtrPack& pack, cudaStream_t stream);
+
 }  // namespace punica::kernels

@@ -125,7 +125,7 @@ class CpuBackend final : public Backend {
         kernels::store_elem(out, dt, std::size_t(m * cols + c), acc);
       }
   }
-  void grouped_linear(const std::vector<LinearArgs>& gemms) override {
+  void grouped_linear(const std::vector<LinearArgs>& gemms, void*) override {
     for (const auto& g : gemms)
       if (g.m > 0 && g.n > 0) base_linear(g);
   }

@@ -179,8 +179,13 @@ OpSpec spec() {
       "layer fused_moe, gated: gated (two LoRA slices gate | up, default), 3d (FusedMoE3DWithLoRA: one slice "
       "whose B has 2*I rows [gate; up]) or 3d_interleaved (GPT-OSS: gate and up interleaved by row, in the "
       "base w13 and the LoRA B).");
-  s.fields = {layer, ep, sub, w13l};
-  for (const char* f : {"expert_parallel", "token_subset", "w13_layout", "moe_intermediate", "num_experts", "top_k",
+  const FieldSpec gemm = field(
+      "moe_base_gemm", 44, {{"type", "string"}, {"enum", {"per_expert", "grouped"}}},
+      "layer fused_moe: how the CUDA backend runs the base expert GEMMs of a step: per_expert (one "
+      "cublasGemmEx per local expert, default) or grouped (one cublasGemmGroupedBatchedEx over them, its "
+      "pointer table written by a kernel). The CPU backend runs both alike.");
+  s.fields = {layer, ep, sub, w13l, gemm};
+  for (const char* f : {"expert_parallel", "token_subset", "w13_layout", "moe_base_gemm", "moe_intermediate", "num_experts", "top_k",
                         "gated", "shared_lora", "routing", "oob_expert_fraction", "disabled_adapters", "block_size"})
     s.exclusive_fields.push_back(f);
   s.defaults = layer_defaults;

@@ -227,6 +227,11 @@ class MoeLayer final : public Problem {
     h3s_ = b.scratch("moe.w2_out_sorted", std::size_t(P1 * H_) * es_);
     h3_ = b.scratch("intermediate_cache3", std::size_t(Mk1 * H_) * es_);
     if (subset_) out_ = b.scratch("moe.out_local", std::size_t(std::max<int64_t>(M_, 1) * H_) * es_);
+    grouped_ = c.params.contains("moe_base_gemm") && c.params["moe_base_gemm"].get<std::string>() == "grouped";
+    if (grouped_) {
+      table13_ = b.scratch("moe.w13_gemm_pointers", std::size_t(3 * std::max(El_, 1)) * sizeof(void*));
+      table2_ = b.scratch("moe.w2_gemm_pointers", std::size_t(3 * std::max(El_, 1)) * sizeof(void*));
+    }
     // Scratch of the LoRA part: the alignment's buffers (global expert count under EP) and the
     // fused op's intermediates.
     const int64_t M1 = std::max<int64_t>(M_, 1);
@@ -262,8 +267,8 @@ class MoeLayer final : public Problem {
         {"base", [this](Backend& be, const std::vector<void*>& p) { base_w13(be, p); base_w2(be, p); finish(be, p); }},
         {"lora", [this](Backend& be, const std::vector<void*>& p) { lora_w13(be, p); lora_w2(be, p); }},
         {"base_gemms", [this](Backend& be, const std::vector<void*>& p) {
-           be.grouped_linear(gemms(p, true));
-           be.grouped_linear(gemms(p, false));
+           be.grouped_linear(gemms(p, true), table(p, true));
+           be.grouped_linear(gemms(p, false), table(p, false));
          }}};
     if (G_ > 1) {
       v.push_back({"comm_base_all_reduce", [this](Backend& be, const std::vector<void*>& p) {
@@ -295,7 +300,8 @@ class MoeLayer final : public Problem {
            (naive_path() ? "naive" : "aligned");
   }
   std::string plan(const KernelChoice&) const override {
-    return std::string("fused_moe base=cublas_per_expert lora=") + (fs_ ? "split_shrink_expand" : "add_lora_w13+w2") +
+    return std::string("fused_moe base=") + (grouped_ ? "cublas_grouped" : "cublas_per_expert") +
+           " lora=" + (fs_ ? "split_shrink_expand" : "add_lora_w13+w2") +
            (naive_path() ? " naive" : " aligned bs=" + std::to_string(block_size()));
   }
 
@@ -449,9 +455,15 @@ class MoeLayer final : public Problem {
     }
     return g;
   }
+  // moe_base_gemm grouped: the device pointer table of the step's cuBLAS grouped GEMM; null = one
+  // GEMM per expert.
+  void* table(const std::vector<void*>& p, bool w13) const {
+    const int t = w13 ? table13_ : table2_;
+    return t < 0 ? nullptr : p[std::size_t(t)];
+  }
   void base_w13(Backend& be, const std::vector<void*>& p) {
     be.gather_rows(p[std::size_t(xs_)], p[std::size_t(x_)], ip(p, tok_of_sorted_), nullptr, dtype, P_, H_, H_, H_);
-    be.grouped_linear(gemms(p, true));
+    be.grouped_linear(gemms(p, true), table(p, true));
     be.gather_rows(p[std::size_t(h1_)], p[std::size_t(h1s_)], ip(p, sorted_of_pair_), nullptr, dtype, M_ * k_, W13_, W13_,
                    W13_);
   }
@@ -461,7 +473,7 @@ class MoeLayer final : public Problem {
                                                                       : kernels::MoeAct::gated_halves;
     be.moe_activation(p[std::size_t(act_)], p[std::size_t(h1_)], dtype, M_ * k_, Il_, act);
     be.gather_rows(p[std::size_t(as_)], p[std::size_t(act_)], ip(p, pair_of_sorted_), nullptr, dtype, P_, Il_, Il_, Il_);
-    be.grouped_linear(gemms(p, false));
+    be.grouped_linear(gemms(p, false), table(p, false));
     const int wi = wsq_idx_ >= 0 ? wsq_idx_ : w_idx_;
     be.gather_rows(p[std::size_t(h3_)], p[std::size_t(h3s_)], ip(p, sorted_of_pair_),
                    static_cast<const float*>(p[std::size_t(wi)]), dtype, M_ * k_, H_, H_, H_);
@@ -586,7 +598,7 @@ class MoeLayer final : public Problem {
   MoeConfig cfg_;
   W13Layout layout_ = W13Layout::gated;
   int G_ = 1, E_ = 0, k_ = 1, L_ = 0, r_ = 0, S_ = 2, ra_ = 0, e0_ = 0, El_ = 0;
-  bool ep_ = false, subset_ = false, fs_ = false;
+  bool ep_ = false, subset_ = false, fs_ = false, grouped_ = false;
   int64_t H_ = 0, I_ = 0, Il_ = 0, i0_ = 0, W13_ = 0, N13_ = 0, Hl_ = 0, T_ = 0, M_ = 0, P_ = 0;
   std::vector<int32_t> slot_rank_, emap_, topk_, map_, enabled_;
   std::vector<float> wts_;
@@ -596,7 +608,7 @@ class MoeLayer final : public Problem {
       wsq_idx_ = -1, ones_idx_ = -1;
   int tok_of_sorted_ = -1, pair_of_sorted_ = -1, sorted_of_pair_ = -1, local_of_token_ = -1;
   int x_ = -1, w13_ = -1, w2_ = -1, a13_[2] = {-1, -1}, b13_[2] = {-1, -1}, a2_ = -1, b2_ = -1, h1_ = -1, y_ = -1;
-  int xs_ = -1, h1s_ = -1, act_ = -1, as_ = -1, h3s_ = -1, h3_ = -1, out_ = -1;
+  int xs_ = -1, h1s_ = -1, act_ = -1, as_ = -1, h3s_ = -1, h3_ = -1, out_ = -1, table13_ = -1, table2_ = -1;
   int sorted_ = -1, eids_ = -1, ntpp_ = -1, align_ws_ = -1, inter13_ = -1, inter2_ = -1, shard_ = -1, gathered_ = -1,
       gather_tmp_ = -1;
   std::size_t align_ws_bytes_ = 0;
