@@ -61,6 +61,9 @@ struct CaseResult {
   };
   std::optional<Work> work;
   double floor_us = 0;
+  // Layers with base GEMMs (fused_moe): their FLOPs over timing.base_gemms_us, and that rate over
+  // run.ceilings.gemm_bf16_tflops (-1 = not measured).
+  double base_gemm_tflops = -1, base_gemm_rate_fraction = -1;
   std::optional<TimingResult> timing;
   std::optional<BaselineResult> baseline;
   std::vector<CommResult> comm;

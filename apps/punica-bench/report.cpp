@@ -121,6 +121,8 @@ nlohmann::json case_record(const CaseResult& r) {
   }
   if (layer) {
     tj["layer_us"] = s.median;
+    if (r.base_gemm_tflops >= 0) m["base_gemm_tflops"] = r.base_gemm_tflops;
+    if (r.base_gemm_rate_fraction >= 0) m["base_gemm_rate_fraction"] = r.base_gemm_rate_fraction;
     if (part_us.count("base")) {
       const double base = part_us["base"];
       m["lora_overhead_pct"] = base > 0 ? 100.0 * (s.median - base) / base : 0.0;

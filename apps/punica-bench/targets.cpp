@@ -16,7 +16,7 @@ const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {
       "dense_prefill", "dense_decode",  "one_adapter_expand", "linear_chain_cold", "linear_chain_batch",
       "prefill_floor", "fully_sharded", "decode_gather",      "moe_prefill",       "moe_decode",
-      "moe_vs_cublas"};
+      "moe_vs_cublas", "moe_layer_overhead"};
   return names;
 }
 
@@ -47,6 +47,8 @@ constexpr double kGatherUs = 15.0;      // decode_gather: graph-captured all_gat
 constexpr double kShardedSlack = 1.1;   // fully_sharded: plain tp LoRA time + collective, plus 10%
 constexpr double kMoeFraction = 0.7;    // moe_prefill: copy (or FLOP-floor) fraction at least this
 constexpr double kMoeSlackUs = 2.0;     // moe_decode: graph node x kernels + this + floor / kMoeFraction
+constexpr double kMoeOverheadPct = 15;  // moe_layer_overhead: LoRA overhead over the base MoE layer at most this
+constexpr double kMoeGemmRate = 0.5;    // moe_layer_overhead: counted where the expert GEMMs reach this rate
 // What a row's median is compared with: its target's bound (moe_decode: time over bound, 1).
 double median_bound(const std::string& target, double median) {
   if (target == "dense_prefill") return kDenseCopy;
@@ -57,6 +59,7 @@ double median_bound(const std::string& target, double median) {
   if (target == "moe_prefill") return kMoeFraction;
   if (target == "moe_decode") return 1.0;
   if (target == "moe_vs_cublas") return 1.0;
+  if (target == "moe_layer_overhead") return kMoeOverheadPct;
   return median;  // no median for the other targets
 }
 // A missed case's value and its bound, printed with `prec` decimals or, where those would print
@@ -229,6 +232,19 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
                       need + " us)",
                   ff);
         }
+      }
+      // issue 46: the MoE layer's LoRA overhead, Mixtral-8x7B, T = 4096, 4 adapters of rank 16, tp 1,
+      // plain, counted only where the base layer's expert GEMMs run at >= kMoeGemmRate of the GEMM rate
+      const bool ep = json_at(p, {"expert_parallel"}).is_boolean() && p["expert_parallel"].get<bool>();
+      if (jstr(p, "layer") == "fused_moe" && jstr(p, "model") == "mixtral-8x7b" && T == 4096 && tp == 1 && !fs && !ep &&
+          r16 && jnum(p, {"num_adapters"}) == 4) {
+        const double ov = jnum(c, {"metrics", "lora_overhead_pct"});
+        const double rate = jnum(c, {"metrics", "base_gemm_rate_fraction"});
+        if (ov == ov && rate == rate && rate >= kMoeGemmRate)
+          acc.add("moe_layer_overhead", "mixtral-8x7b tp=1", ov <= kMoeOverheadPct,
+                  id + ": LoRA overhead " + missed(ov, ">", kMoeOverheadPct, 2, " %") + " (expert GEMMs at " +
+                      fmt(rate, 2) + " of the GEMM rate)",
+                  ov);
       }
       if (fs && tp == 2) {
         std::string plain = id;

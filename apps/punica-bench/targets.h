@@ -28,6 +28,10 @@
 //                  add_lora_w13's aligned path) + 2 us + floor / 0.7;
 //   moe_vs_cublas  the fused ops faster cold than their cuBLAS grouped baseline
 //                  (metrics.speedup_vs_cublas_grouped > 1).
+// MoE layer cases (layer fused_moe; issue 46):
+//   moe_layer_overhead  Mixtral-8x7B, T = 4096, 4 adapters of rank 16, tp 1, plain: LoRA overhead over
+//                       the base MoE layer (metrics.lora_overhead_pct) <= 15%, counted only where the
+//                       expert GEMMs run at >= 0.5 of the GEMM rate (metrics.base_gemm_rate_fraction).
 #pragma once
 #include <string>
 #include <vector>

@@ -223,3 +223,26 @@ TEST(Targets, MoeCases) {
   EXPECT_EQ(cb->met, 2);
   EXPECT_EQ(find(r, "moe_vs_cublas", "moe_lora_align"), nullptr);
 }
+
+// moe_layer_overhead (issue 46): Mixtral-8x7B T = 4096 tp 1 plain, overhead <= 15 %, counted only
+// where the expert GEMMs reach half the GEMM rate; other presets and tp are not counted.
+TEST(Targets, MoeLayerOverhead) {
+  auto layer = [](const std::string& model, double tp, double overhead, double rate) {
+    return nlohmann::json{
+        {"id", "prefill_tp/layer/model=" + model + "/tp=" + std::to_string(int(tp)) + "/o=" + std::to_string(overhead)},
+        {"op", "layer"},
+        {"status", "pass"},
+        {"params", {{"layer", "fused_moe"}, {"model", model}, {"num_tokens", 4096}, {"tp", tp},
+                    {"fully_sharded", false}, {"ranks", {16}}, {"num_adapters", 4}, {"max_loras", 4}}},
+        {"metrics", {{"lora_overhead_pct", overhead}, {"base_gemm_rate_fraction", rate}}},
+        {"timing", {{"time_us", {{"median", 100}}}, {"lora_us", 10.0}}}};
+  };
+  auto d = doc({layer("mixtral-8x7b", 1, 9.5, 0.7), layer("mixtral-8x7b", 1, 16, 0.6), layer("mixtral-8x7b", 1, 40, 0.3),
+                layer("qwen3-30b-a3b", 1, 30, 0.6), layer("mixtral-8x7b", 2, 30, 0.6)});
+  const TargetsReport r = evaluate_targets({d}, {"moe_layer_overhead"}, true);
+  const TargetRow* row = find(r, "moe_layer_overhead", "mixtral-8x7b tp=1");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->cases, 2);
+  EXPECT_EQ(row->met, 1);
+  EXPECT_NE(r.text.find("LoRA overhead 16.00 % > 15.00 %"), std::string::npos) << r.text;
+}

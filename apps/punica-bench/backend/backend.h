@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include "kernels/common/dtype.h"
 #include "kernels/common/error.h"
+#include "kernels/moe_base/moe_base.h"
 #include "apps/punica-bench/backend/kernel_choice.h"
 
 namespace punica::bench {
@@ -76,6 +77,17 @@ class Backend {
   virtual void embedding_lookup(void* y, const void* table, const int32_t* ids, kernels::DType dt,
                                 int64_t num_tokens, int64_t dim, int64_t vocab_begin, int64_t vocab_end,
                                 int64_t ldy) = 0;
+
+  // The MoE layer's base experts (SPEC §4.1; kernels/moe_base/moe_base.h on CUDA): a row gather
+  // dst[i] = idx[i] < 0 ? 0 : round(scale[i] * src[idx[i]]) (scale null = a copy), act_and_mul,
+  // moe_sum, and the expert GEMMs of one step as one call (entries with m = 0 are skipped): one GEMM
+  // per entry, or with `ptr_table` (device memory of 3 pointers per entry) one cuBLAS grouped GEMM.
+  virtual void gather_rows(void* dst, const void* src, const int32_t* idx, const float* scale, kernels::DType dt,
+                           int64_t rows, int64_t cols, int64_t ld_dst, int64_t ld_src) = 0;
+  virtual void moe_activation(void* out, const void* in, kernels::DType dt, int64_t rows, int64_t inter,
+                              kernels::MoeAct act) = 0;
+  virtual void moe_sum(void* out, const void* in, kernels::DType dt, int64_t tokens, int top_k, int64_t cols) = 0;
+  virtual void grouped_linear(const std::vector<LinearArgs>& gemms, void* ptr_table) = 0;
 
   // ---- collectives inside the TP group (consecutive ranks of size tp) ----
   // fp32 all-gather along the leading dim: out = [tp][count] in rank order.
