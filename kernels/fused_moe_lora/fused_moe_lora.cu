@@ -87,6 +87,15 @@ template <class T> __device__ __forceinline__ void load8(const T* p, float out[8
   for (int i = 0; i < 8; ++i) out[i] = tof<T>(e[i]);
 }
 
+// Programmatic dependent launch (sm_90): the one call's expand is a dependent of its shrink, so its
+// launch, routing reads and (mma) B loads overlap the shrink; it waits before reading the
+// intermediate. Without the launch attribute the wait returns at once (the split API's expand).
+__device__ __forceinline__ void wait_for_shrink() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <class T, class TI, int MODE>
 __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
   extern __shared__ float u_sh[];  // [kChunk][max(rA, rB)]
@@ -94,6 +103,10 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
   __shared__ int64_t xoff_sh[kChunk];
   __shared__ int npairs_sh;
   __shared__ float red_sh[kWarps][kChunk];  // shrink-only K split: per-warp partial sums
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // the one call's expand may launch now: at decode its blocks find free SMs beside this grid
+  if (MODE == kShrinkOnly) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int s = int(blockIdx.z) / p.nz, t = int(blockIdx.z) % p.nz;
   int l, e;
   if (p.naive) {
@@ -206,6 +219,7 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
       }
     } else {
       // ---- expand-only: the chunk's intermediate rows from the (collective's) buffer
+      wait_for_shrink();
       const TI* u = static_cast<const TI*>(p.inter);
       for (int idx = threadIdx.x; idx < cn * rl_b; idx += kThreads) {
         const int q = idx / rl_b, j = idx % rl_b;
@@ -481,17 +495,6 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
     const T* Bm = static_cast<const T*>(p.B[s]) + int64_t(l) * p.b_lora_stride + int64_t(e) * p.b_expert_stride;
     for (int c0 = 0; c0 < npairs; c0 += kMmaRows) {
       const int cn = min(kMmaRows, npairs - c0);
-      uint32_t ua[KS][4];
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        uint2 r0, r1;
-        r0.x = r0.y = r1.x = r1.y = 0u;
-        if (ks * 16 < rl) {
-          if (g < cn) r0 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[c0 + g]) * p.rB, ks * 16 + 4 * t, rl);
-          if (g + 8 < cn) r1 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[c0 + g + 8]) * p.rB, ks * 16 + 4 * t, rl);
-        }
-        ua[ks][0] = r0.x; ua[ks][1] = r1.x; ua[ks][2] = r0.y; ua[ks][3] = r1.y;
-      }
       // epilogue units: 16 rows x 16 groups of 8 columns, two per thread (16 threads per row)
       int64_t urow[2];
       int ucg[2];
@@ -526,11 +529,26 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
             yv[i] = ldg16(y + urow[i] * p.ldy + p.offset + int64_t(s) * p.N + col);
         }
       };
+      uint32_t bcur[4][KS][2];
+      // B (up to rank 32: more spills) and the routing before the wait: only u comes from the shrink
+      constexpr bool kEarlyB = KS < 4;
+      if (kEarlyB) load_b(tile0, bcur);
+      wait_for_shrink();
+      uint32_t ua[KS][4];
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint2 r0, r1;
+        r0.x = r0.y = r1.x = r1.y = 0u;
+        if (ks * 16 < rl) {
+          if (g < cn) r0 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[c0 + g]) * p.rB, ks * 16 + 4 * t, rl);
+          if (g + 8 < cn) r1 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[c0 + g + 8]) * p.rB, ks * 16 + 4 * t, rl);
+        }
+        ua[ks][0] = r0.x; ua[ks][1] = r1.x; ua[ks][2] = r0.y; ua[ks][3] = r1.y;
+      }
       uint4 ycur[2], ynext[2];
       load_y(tile0, ycur);
       for (int64_t tile = tile0; tile < tile1; ++tile) {
-        uint32_t bcur[4][KS][2];
-        load_b(tile, bcur);
+        if (tile > tile0 || !kEarlyB) load_b(tile, bcur);
         float acc[4][4];
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
@@ -703,15 +721,31 @@ void plan_shrink(Params& p) {
   p.tn = p.N;
 }
 
+// `pdl`: launched as a programmatic dependent of the kernel before it (the one call's expand).
+template <class K>
+void launch_params(K kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t st, bool pdl, const Params& p) {
+  if (!pdl) {
+    kernel<<<grid, threads, smem, st>>>(p);
+    return;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  // (grid, block, dynamic smem, stream, attributes, count): positional, as the block emulator
+  // defines gridDim / blockDim as macros
+  const cudaLaunchConfig_t cfg = {grid, dim3(unsigned(threads)), smem, st, attr, 1};
+  PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
 template <class T, class TI>
-void launch_typed(const Params& p, int mode, int S, cudaStream_t st) {
+void launch_typed(const Params& p, int mode, int S, cudaStream_t st, bool pdl) {
   const dim3 grid(unsigned(p.naive ? p.numel : p.Q), unsigned(p.naive ? 1 : (p.lora_ids ? p.L + 1 : p.L)),
                   unsigned(S * p.nz));
   const std::size_t smem = std::size_t(kChunk) * std::max(p.rA, p.rB) * sizeof(float);
   auto go = [&](auto kernel) {
     if (smem > 48 * 1024)
       PUNICA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    kernel<<<grid, kThreads, smem, st>>>(p);
+    launch_params(kernel, grid, kThreads, smem, st, pdl, p);
   };
   if (mode == kFused) go(fused_moe_lora_kernel<T, TI, kFused>);
   else if (mode == kShrinkOnly) go(fused_moe_lora_kernel<T, TI, kShrinkOnly>);
@@ -720,16 +754,16 @@ void launch_typed(const Params& p, int mode, int S, cudaStream_t st) {
 }
 
 template <class T, class TI>
-void launch_mma(const Params& p, int mode, cudaStream_t st) {
+void launch_mma(const Params& p, int mode, cudaStream_t st, bool pdl) {
   const dim3 grid(unsigned(std::max<int64_t>(1, p.wmax)), unsigned(p.nz), unsigned(p.S));
   if (mode == kShrinkOnly) {
-    if (p.rA <= 16) moe_mma_shrink_kernel<T, TI, 2><<<grid, kMmaThreads, 0, st>>>(p);
-    else if (p.rA <= 32) moe_mma_shrink_kernel<T, TI, 4><<<grid, kMmaThreads, 0, st>>>(p);
-    else moe_mma_shrink_kernel<T, TI, 8><<<grid, kMmaThreads, 0, st>>>(p);
+    if (p.rA <= 16) launch_params(moe_mma_shrink_kernel<T, TI, 2>, grid, kMmaThreads, 0, st, pdl, p);
+    else if (p.rA <= 32) launch_params(moe_mma_shrink_kernel<T, TI, 4>, grid, kMmaThreads, 0, st, pdl, p);
+    else launch_params(moe_mma_shrink_kernel<T, TI, 8>, grid, kMmaThreads, 0, st, pdl, p);
   } else {
-    if (p.rB <= 16) moe_mma_expand_kernel<T, 1><<<grid, kMmaThreads, 0, st>>>(p);
-    else if (p.rB <= 32) moe_mma_expand_kernel<T, 2><<<grid, kMmaThreads, 0, st>>>(p);
-    else moe_mma_expand_kernel<T, 4><<<grid, kMmaThreads, 0, st>>>(p);
+    if (p.rB <= 16) launch_params(moe_mma_expand_kernel<T, 1>, grid, kMmaThreads, 0, st, pdl, p);
+    else if (p.rB <= 32) launch_params(moe_mma_expand_kernel<T, 2>, grid, kMmaThreads, 0, st, pdl, p);
+    else launch_params(moe_mma_expand_kernel<T, 4>, grid, kMmaThreads, 0, st, pdl, p);
   }
   PUNICA_CUDA_CHECK_LAUNCH();
 }
@@ -743,7 +777,7 @@ bool mma_aligned(const FusedMoeLoraArgs& a, int mode) {
   return ok;
 }
 
-void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true) {
+void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true, bool pdl = false) {
   Params p = make_params(a, mode);
   p.S = a.num_slices;
   p.rows = p.rA;
@@ -776,21 +810,21 @@ void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true
   const bool h = a.dtype == DType::f16;
   if (mma) {
     switch (a.inter_dtype()) {
-      case DType::f32: h ? launch_mma<__half, float>(p, mode, st) : launch_mma<__nv_bfloat16, float>(p, mode, st); break;
-      case DType::f16: h ? launch_mma<__half, __half>(p, mode, st) : launch_mma<__nv_bfloat16, __half>(p, mode, st); break;
+      case DType::f32: h ? launch_mma<__half, float>(p, mode, st, pdl) : launch_mma<__nv_bfloat16, float>(p, mode, st, pdl); break;
+      case DType::f16: h ? launch_mma<__half, __half>(p, mode, st, pdl) : launch_mma<__nv_bfloat16, __half>(p, mode, st, pdl); break;
       case DType::bf16:
-        h ? launch_mma<__half, __nv_bfloat16>(p, mode, st) : launch_mma<__nv_bfloat16, __nv_bfloat16>(p, mode, st);
+        h ? launch_mma<__half, __nv_bfloat16>(p, mode, st, pdl) : launch_mma<__nv_bfloat16, __nv_bfloat16>(p, mode, st, pdl);
         break;
     }
     return;
   }
   switch (a.inter_dtype()) {
-    case DType::f32: h ? launch_typed<__half, float>(p, mode, a.num_slices, st)
-                       : launch_typed<__nv_bfloat16, float>(p, mode, a.num_slices, st); break;
-    case DType::f16: h ? launch_typed<__half, __half>(p, mode, a.num_slices, st)
-                       : launch_typed<__nv_bfloat16, __half>(p, mode, a.num_slices, st); break;
-    case DType::bf16: h ? launch_typed<__half, __nv_bfloat16>(p, mode, a.num_slices, st)
-                        : launch_typed<__nv_bfloat16, __nv_bfloat16>(p, mode, a.num_slices, st); break;
+    case DType::f32: h ? launch_typed<__half, float>(p, mode, a.num_slices, st, pdl)
+                       : launch_typed<__nv_bfloat16, float>(p, mode, a.num_slices, st, pdl); break;
+    case DType::f16: h ? launch_typed<__half, __half>(p, mode, a.num_slices, st, pdl)
+                       : launch_typed<__nv_bfloat16, __half>(p, mode, a.num_slices, st, pdl); break;
+    case DType::bf16: h ? launch_typed<__half, __nv_bfloat16>(p, mode, a.num_slices, st, pdl)
+                        : launch_typed<__nv_bfloat16, __nv_bfloat16>(p, mode, a.num_slices, st, pdl); break;
   }
 }
 
@@ -805,7 +839,7 @@ void launch_add_lora_fused_moe(const FusedMoeLoraArgs& a, cudaStream_t st) {
   if (!fused_use_split(a)) { run(a, kFused, st); return; }
   (void)make_params(a, kFused);  // the one-call form's argument rules
   run(a, kShrinkOnly, st, /*clear=*/false);
-  run(a, kExpandOnly, st);
+  run(a, kExpandOnly, st, /*clear=*/true, /*pdl=*/true);
 }
 void launch_fused_moe_lora_shrink(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kShrinkOnly, st); }
 void launch_fused_moe_lora_expand(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kExpandOnly, st); }

@@ -122,6 +122,14 @@ template <class T> void mma16816(float c[4], const uint32_t a[4], const uint32_t
   syncwarp();
   for (int i = 0; i < 4; ++i) c[i] = out[i];
 }
+}  // namespace emu
+// cuda_runtime.h's launch with attributes (PDL): the blocks run one after another anyway.
+template <class K, class P>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* c, K kernel, const P& p) {
+  ::emu::launch(kernel, c->gridDim, c->blockDim.x, c->dynamicSmemBytes, p);
+  return cudaSuccess;
+}
+namespace emu {
 inline cudaError_t memset_async(void* p, int v, size_t n, cudaStream_t) { std::memset(p, v, n); return cudaSuccess; }
 template <class F> cudaError_t func_set_attr(F, cudaFuncAttribute, int) { return cudaSuccess; }
 }  // namespace emu
