@@ -727,10 +727,15 @@ TEST(MoeHeuristics, SplitFormKernels) {
   EXPECT_EQ(p.expand, Kernel::mma);
   EXPECT_EQ(p.items, 552);  // 512 full blocks + one partial per (entry, expert)
   EXPECT_EQ(p.tiles_per_block, 8);
+  EXPECT_EQ(p.items_per_block, 4);  // 4 blocks of <= 16 pairs share each B tile
   EXPECT_EQ(p.name(), "shrink=mma expand=mma");
   p = moe_heur::plan(mk(512, 2, 8, 4, 64, 4096, 14336, 2), true);
   EXPECT_EQ(p.shrink, Kernel::mma);  // 1024 pairs over 104 items
   EXPECT_EQ(p.expand, Kernel::mma);
+  EXPECT_EQ(p.items_per_block, 2);   // rank 64: two items' u fragments in registers
+  auto bs32 = mk(512, 2, 8, 4, 16, 4096, 14336, 2);
+  bs32.routing.block_size = 32;
+  EXPECT_EQ(moe_heur::plan(bs32, true).items_per_block, 1);
   p = moe_heur::plan(mk(64, 2, 8, 4, 16, 4096, 14336, 2), true);
   EXPECT_EQ(p.shrink, Kernel::rows);  // 128 pairs over 48 items: the row split spreads wider
   EXPECT_EQ(p.expand, Kernel::mma);

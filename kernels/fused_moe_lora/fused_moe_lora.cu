@@ -67,6 +67,7 @@ struct Params {
   int kparts;     // shrink-only: warps per A row (K split; rows * kparts == kWarps when > 1)
   int nent;       // aligned path: slot entries (L + 1 with lora_ids, else L)
   int64_t wmax;   // mma kernels: work-item slots of the grid (a grid-stride loop covers the rest)
+  int group;      // mma expand: consecutive work items per block (1: the one-item kernel)
   bool vec_y;     // 16-byte y accesses: the written columns start 8-aligned in 16-byte-aligned rows
 };
 
@@ -361,6 +362,17 @@ __device__ __forceinline__ int64_t work_prefix(const Params& p, int* pre, int* s
   return pre[kMmaThreads - 1];
 }
 
+// Aligned item w: its slot (l) and alignment block, from the entries' inclusive prefix.
+__device__ __forceinline__ int64_t item_block(const Params& p, int64_t w, const int* pre, const int* slot, int& l) {
+  int lo = 0, hi = p.nent - 1;  // the first entry whose prefix passes w
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (pre[mid] > w) hi = mid; else lo = mid + 1;
+  }
+  l = slot[lo];
+  return w - (lo > 0 ? pre[lo - 1] : 0);
+}
+
 // Item w's slot and expert, its valid pairs compacted into pairs_sh (every thread returns the same
 // count; 0 when the item adds nothing). Ends with a barrier.
 __device__ __forceinline__ int item_pairs(const Params& p, int64_t w, const int* pre, const int* slot, int* pairs_sh,
@@ -373,13 +385,7 @@ __device__ __forceinline__ int item_pairs(const Params& p, int64_t w, const int*
     __syncthreads();
     return 1;
   }
-  int lo = 0, hi = p.nent - 1;  // the first entry whose prefix passes w
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (pre[mid] > w) hi = mid; else lo = mid + 1;
-  }
-  l = slot[lo];
-  const int64_t b = w - (lo > 0 ? pre[lo - 1] : 0);
+  const int64_t b = item_block(p, w, pre, slot, l);
   e = p.eids[int64_t(l) * p.Q + b];
   if (e < 0 || e >= p.E) return 0;
   if (threadIdx.x == 0) *npairs_sh = 0;
@@ -468,6 +474,56 @@ __global__ void __launch_bounds__(kMmaThreads, 4) moe_mma_shrink_kernel(Params p
   }
 }
 
+// y[row, col .. col + 8) (+)= round(w * a): 16 bytes at once (`old`: the row's y loaded before) or
+// element by element up to `left` columns (rows without 16-byte alignment).
+template <class T>
+__device__ __forceinline__ void store_y8(const Params& p, T* yp, const float* a, float wgt, const uint4& old,
+                                         int64_t left) {
+  if (p.vec_y) {
+    const uint32_t in[4] = {old.x, old.y, old.z, old.w};
+    uint32_t out[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float lo = (p.add ? bits_to_f<T>(in[c] & 0xffffu) : 0.f) + round_as<T>(a[2 * c] * wgt);
+      const float hi = (p.add ? bits_to_f<T>(in[c] >> 16) : 0.f) + round_as<T>(a[2 * c + 1] * wgt);
+      out[c] = f_to_bits<T>(lo) | (f_to_bits<T>(hi) << 16);
+    }
+    *reinterpret_cast<uint4*>(yp) = make_uint4(out[0], out[1], out[2], out[3]);
+  } else {
+    for (int c = 0; c < 8 && c < left; ++c) yp[c] = fromf<T>((p.add ? tof<T>(yp[c]) : 0.f) + round_as<T>(a[c] * wgt));
+  }
+}
+
+// B fragments of one n8 column (`col`) over KS k16 steps at true rank rl, zero past N.
+template <int KS>
+__device__ __forceinline__ void load_b_col(const Params& p, const void* Bm, int64_t col, int rl, int t,
+                                           uint32_t (&bf)[KS][2]) {
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    uint2 v;
+    v.x = v.y = 0u;
+    if (ks * 16 < rl && col < p.N)
+      v = ld4_masked(static_cast<const unsigned short*>(Bm) + col * p.rB, ks * 16 + 4 * t, rl);
+    bf[ks][0] = v.x;
+    bf[ks][1] = v.y;
+  }
+}
+
+// The expand block's run of 128-column tiles [t0, t1): blockIdx.y picks p.tn of them.
+__device__ __forceinline__ void block_tiles(const Params& p, int64_t& t0, int64_t& t1) {
+  const int64_t ntiles = (p.N + kExpandCols - 1) / kExpandCols;
+  t0 = int64_t(blockIdx.y) * p.tn;
+  t1 = t0 + p.tn < ntiles ? t0 + p.tn : ntiles;
+}
+
+// A warp's 16 x 8 accumulator tile into the block's 16 x 128 staging tile at column c (= its 2t).
+__device__ __forceinline__ void stash_acc(float (*acc_sh)[kExpandCols + 4], const float (&acc)[4], int c, int g) {
+  acc_sh[g][c] = acc[0];
+  acc_sh[g][c + 1] = acc[1];
+  acc_sh[g + 8][c] = acc[2];
+  acc_sh[g + 8][c + 1] = acc[3];
+}
+
 // Expand-only (intermediate in the output dtype): y[pair, offset + s*N + n] (+)= round(w * B[l,e][n] . u)
 // over column tiles of 128 (a warp 4 n8 tiles); a block walks `tn` tiles of one item, the next tile's
 // y loaded before the current tile's epilogue. u fragments: rows g, g + 8 of the chunk,
@@ -481,9 +537,8 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
   const int64_t total = work_prefix(p, pre_sh, slot_sh);
   const int s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t ntiles = (p.N + kExpandCols - 1) / kExpandCols;
-  const int64_t tile0 = int64_t(blockIdx.y) * p.tn;
-  const int64_t tile1 = tile0 + p.tn < ntiles ? tile0 + p.tn : ntiles;
+  int64_t tile0, tile1;
+  block_tiles(p, tile0, tile1);
   T* y = static_cast<T*>(p.y);
   const T* u = static_cast<const T*>(p.inter);
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
@@ -508,17 +563,7 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
       }
       auto load_b = [&](int64_t tile, uint32_t (&bf)[4][KS][2]) {
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
-          const int64_t col = tile * kExpandCols + warp * 32 + n * 8 + g;
-#pragma unroll
-          for (int ks = 0; ks < KS; ++ks) {
-            uint2 v;
-            v.x = v.y = 0u;
-            if (ks * 16 < rl && col < p.N) v = ld4_masked(Bm + col * p.rB, ks * 16 + 4 * t, rl);
-            bf[n][ks][0] = v.x;
-            bf[n][ks][1] = v.y;
-          }
-        }
+        for (int n = 0; n < 4; ++n) load_b_col<KS>(p, Bm, tile * kExpandCols + warp * 32 + n * 8 + g, rl, t, bf[n]);
       };
       auto load_y = [&](int64_t tile, uint4 (&yv)[2]) {
 #pragma unroll
@@ -559,13 +604,7 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
         }
         if (tile + 1 < tile1) load_y(tile + 1, ynext);
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
-          const int c = warp * 32 + n * 8 + 2 * t;
-          acc_sh[g][c] = acc[n][0];
-          acc_sh[g][c + 1] = acc[n][1];
-          acc_sh[g + 8][c] = acc[n][2];
-          acc_sh[g + 8][c + 1] = acc[n][3];
-        }
+        for (int n = 0; n < 4; ++n) stash_acc(acc_sh, acc[n], warp * 32 + n * 8 + 2 * t, g);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -574,27 +613,124 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
           const int64_t col = tile * kExpandCols + ucg[i] * 8;
           if (col >= p.N) continue;
           T* yp = y + urow[i] * p.ldy + p.offset + int64_t(s) * p.N + col;
-          const float* a = &acc_sh[q][ucg[i] * 8];
-          if (p.vec_y) {
-            const uint32_t in[4] = {ycur[i].x, ycur[i].y, ycur[i].z, ycur[i].w};
-            uint32_t out[4];
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const float lo = (p.add ? bits_to_f<T>(in[c] & 0xffffu) : 0.f) + round_as<T>(a[2 * c] * wgt[i]);
-              const float hi = (p.add ? bits_to_f<T>(in[c] >> 16) : 0.f) + round_as<T>(a[2 * c + 1] * wgt[i]);
-              out[c] = f_to_bits<T>(lo) | (f_to_bits<T>(hi) << 16);
-            }
-            *reinterpret_cast<uint4*>(yp) = make_uint4(out[0], out[1], out[2], out[3]);
-          } else {
-            for (int c = 0; c < 8 && col + c < p.N; ++c)
-              yp[c] = fromf<T>((p.add ? tof<T>(yp[c]) : 0.f) + round_as<T>(a[c] * wgt[i]));
-          }
+          store_y8<T>(p, yp, &acc_sh[q][ucg[i] * 8], wgt[i], ycur[i], p.N - col);
         }
         __syncthreads();
         if (tile + 1 < tile1) {
           ycur[0] = ynext[0];
           ycur[1] = ynext[1];
         }
+      }
+    }
+  }
+}
+
+// The expand for blocks of <= 16 pairs (block_size <= 16, the common case): a block takes G
+// consecutive items (mostly one (slot, expert) run) so each B tile is loaded once for all of them
+// and their y rows are in flight together; u of every item stays in registers across the tiles.
+template <class T, int KS, int G>
+__global__ void __launch_bounds__(kMmaThreads, 3) moe_mma_expand_group_kernel(Params p) {
+  __shared__ int pre_sh[kMmaThreads], slot_sh[kMmaThreads];
+  __shared__ int pairs_sh[G][kMmaRows];
+  __shared__ int n_sh[G], l_sh[G], e_sh[G];
+  __shared__ float acc_sh[kMmaRows][kExpandCols + 4];
+  int64_t tile0, tile1;
+  block_tiles(p, tile0, tile1);
+  T* y = static_cast<T*>(p.y);
+  const T* u = static_cast<const T*>(p.inter);
+  const int64_t total = work_prefix(p, pre_sh, slot_sh);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g8 = lane / 4, t = lane % 4, s = blockIdx.z;
+  for (int64_t w0 = int64_t(blockIdx.x) * G; w0 < total; w0 += int64_t(gridDim.x) * G) {
+    if (threadIdx.x < G) n_sh[threadIdx.x] = 0;
+    __syncthreads();
+    if (warp < G && w0 + warp < total) {  // warp g gathers item w0 + g
+      const int64_t w = w0 + warp;
+      int l, e;
+      bool ok;
+      if (p.naive) {
+        l = p.map[w / p.top_k];
+        e = p.eids[w];
+        ok = l >= 0 && l < p.L && !(p.enabled && p.enabled[l] == 0) && e >= 0 && e < p.E;
+        if (ok && lane == 0) pairs_sh[warp][atomicAdd(&n_sh[warp], 1)] = int(w);
+      } else {
+        const int64_t b = item_block(p, w, pre_sh, slot_sh, l);
+        e = p.eids[int64_t(l) * p.Q + b];
+        ok = e >= 0 && e < p.E;
+        const int64_t start = b * p.bs;
+        if (ok && lane < p.bs && start + lane < p.P) {
+          const int32_t v = p.sorted[int64_t(l) * p.P + start + lane];
+          if (v >= 0 && v < p.numel) pairs_sh[warp][atomicAdd(&n_sh[warp], 1)] = v;
+        }
+      }
+      if (lane == 0) { l_sh[warp] = l; e_sh[warp] = e; }
+    }
+    __syncthreads();
+    wait_for_shrink();
+    uint32_t ua[G][KS][4];
+    int rl[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int n = n_sh[g];
+      rl[g] = 0;
+      if (n > 0) rl[g] = max(0, min(p.ranks ? p.ranks[l_sh[g]] : p.rB, p.rB));
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint2 r0, r1;
+        r0.x = r0.y = r1.x = r1.y = 0u;
+        if (ks * 16 < rl[g]) {
+          if (g8 < n) r0 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[g][g8]) * p.rB, ks * 16 + 4 * t, rl[g]);
+          if (g8 + 8 < n) r1 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[g][g8 + 8]) * p.rB, ks * 16 + 4 * t, rl[g]);
+        }
+        ua[g][ks][0] = r0.x; ua[g][ks][1] = r1.x; ua[g][ks][2] = r0.y; ua[g][ks][3] = r1.y;
+      }
+    }
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+      // y of every item's rows first (16 threads per row, 8 columns each, two rows per thread)
+      uint4 yv[G][2];
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16;
+          const int64_t col = tile * kExpandCols + (unit % 16) * 8;
+          yv[g][i] = make_uint4(0u, 0u, 0u, 0u);
+          if (p.vec_y && p.add && q < n_sh[g] && col < p.N)
+            yv[g][i] = ldg16(y + int64_t(pairs_sh[g][q]) * p.ldy + p.offset + int64_t(s) * p.N + col);
+        }
+      uint32_t bf[4][KS][2];
+      int key_l = -1, key_e = -1;
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int n = n_sh[g];
+        if (n == 0) continue;
+        if (l_sh[g] != key_l || e_sh[g] != key_e) {  // B tile of this item's (slot, expert)
+          key_l = l_sh[g];
+          key_e = e_sh[g];
+          const T* Bm = static_cast<const T*>(p.B[s]) + int64_t(key_l) * p.b_lora_stride + int64_t(key_e) * p.b_expert_stride;
+#pragma unroll
+          for (int nn = 0; nn < 4; ++nn) load_b_col<KS>(p, Bm, tile * kExpandCols + warp * 32 + nn * 8 + g8, rl[g], t, bf[nn]);
+        }
+        float acc[4][4];
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn) {
+          acc[nn][0] = acc[nn][1] = acc[nn][2] = acc[nn][3] = 0.f;
+#pragma unroll
+          for (int ks = 0; ks < KS; ++ks)
+            if (ks * 16 < rl[g]) mma16816<T>(acc[nn], ua[g][ks], bf[nn][ks]);
+          stash_acc(acc_sh, acc[nn], warp * 32 + nn * 8 + 2 * t, g8);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16, cg = unit % 16;
+          const int64_t col = tile * kExpandCols + cg * 8;
+          if (q >= n || col >= p.N) continue;
+          const int64_t pr = pairs_sh[g][q];
+          const float wgt = p.mul ? p.w[pr] : 1.f;
+          T* yp = y + pr * p.ldy + p.offset + int64_t(s) * p.N + col;
+          store_y8<T>(p, yp, &acc_sh[q][cg * 8], wgt, yv[g][i], p.N - col);
+        }
+        __syncthreads();
       }
     }
   }
@@ -760,6 +896,11 @@ void launch_mma(const Params& p, int mode, cudaStream_t st, bool pdl) {
     if (p.rA <= 16) launch_params(moe_mma_shrink_kernel<T, TI, 2>, grid, kMmaThreads, 0, st, pdl, p);
     else if (p.rA <= 32) launch_params(moe_mma_shrink_kernel<T, TI, 4>, grid, kMmaThreads, 0, st, pdl, p);
     else launch_params(moe_mma_shrink_kernel<T, TI, 8>, grid, kMmaThreads, 0, st, pdl, p);
+  } else if (p.group > 1) {
+    const dim3 g(unsigned(std::max<int64_t>(1, (p.wmax + p.group - 1) / p.group)), unsigned(p.nz), unsigned(p.S));
+    if (p.rB <= 16) launch_params(moe_mma_expand_group_kernel<T, 1, 4>, g, kMmaThreads, 0, st, pdl, p);
+    else if (p.rB <= 32) launch_params(moe_mma_expand_group_kernel<T, 2, 4>, g, kMmaThreads, 0, st, pdl, p);
+    else launch_params(moe_mma_expand_group_kernel<T, 4, 2>, g, kMmaThreads, 0, st, pdl, p);
   } else {
     if (p.rB <= 16) launch_params(moe_mma_expand_kernel<T, 1>, grid, kMmaThreads, 0, st, pdl, p);
     else if (p.rB <= 32) launch_params(moe_mma_expand_kernel<T, 2>, grid, kMmaThreads, 0, st, pdl, p);
@@ -795,6 +936,7 @@ void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true
       const int64_t tiles = (p.N + kExpandCols - 1) / kExpandCols;
       const int64_t groups = std::max<int64_t>(1, (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block);
       p.tn = (tiles + groups - 1) / groups;  // column tiles per block
+      p.group = plan.items_per_block;
       p.nz = int(std::max<int64_t>(1, (tiles + p.tn - 1) / p.tn));
     }
   } else if (mode == kShrinkOnly) {

@@ -23,6 +23,7 @@ struct Plan {
   Kernel shrink = Kernel::fused, expand = Kernel::fused;
   int64_t items = 0;       // mma: work-item slots of the grid (alignment blocks or naive pairs)
   int tiles_per_block = 1; // mma expand
+  int items_per_block = 1; // mma expand: consecutive items sharing each B tile (block_size <= 16)
   std::string name() const {
     auto n = [](Kernel k) { return k == Kernel::mma ? "mma" : k == Kernel::rows ? "rows" : "fused"; };
     if (shrink == Kernel::fused) return "fused";
@@ -65,8 +66,10 @@ inline Plan plan(const FusedMoeLoraArgs& a, bool split) {
   if (!a.routing.naive && b16 && list_ok && a.inter_dtype() == a.dtype && a.max_rank % 8 == 0 &&
       a.max_rank <= kMmaMaxRank) {
     p.expand = Kernel::mma;
+    // blocks of <= 16 pairs: 4 items per block share each B tile (2 at rank 33-64: registers)
+    if (a.routing.block_size <= 16) p.items_per_block = a.max_rank > 32 ? 2 : 4;
     const int64_t tiles = (a.slice_width + kExpandCols - 1) / kExpandCols;
-    const int64_t blocks = std::max<int64_t>(1, std::min(numel, p.items)) * a.num_slices * tiles;
+    const int64_t blocks = std::max<int64_t>(1, std::min(numel, p.items) / p.items_per_block) * a.num_slices * tiles;
     p.tiles_per_block = int(std::clamp<int64_t>(blocks / kExpandBlocks, 1, kExpandMaxTiles));
   }
   return p;
