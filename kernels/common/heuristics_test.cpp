@@ -732,8 +732,10 @@ TEST(MoeHeuristics, SplitFormKernels) {
   p = moe_heur::plan(mk(512, 2, 8, 4, 64, 4096, 14336, 2), true);
   EXPECT_EQ(p.shrink, Kernel::mma);  // 1024 pairs over 104 items
   EXPECT_EQ(p.expand, Kernel::mma);
-  EXPECT_EQ(p.items_per_block, 2);   // rank 64: two items' u fragments in registers
-  auto bs32 = mk(512, 2, 8, 4, 16, 4096, 14336, 2);
+  EXPECT_EQ(p.items_per_block, 1);   // 1024 pairs over 5 x 8 (slot, expert) runs: ~1.6 blocks each
+  EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 64, 4096, 14336, 2), true).items_per_block, 2);  // rank 64
+  EXPECT_EQ(moe_heur::plan(mk(512, 8, 128, 4, 16, 768, 2048, 1), true).items_per_block, 1);  // Qwen w2
+  auto bs32 = mk(4096, 2, 8, 4, 16, 4096, 14336, 2);
   bs32.routing.block_size = 32;
   EXPECT_EQ(moe_heur::plan(bs32, true).items_per_block, 1);
   p = moe_heur::plan(mk(64, 2, 8, 4, 16, 4096, 14336, 2), true);

@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
 // loads 8 or 16 contiguous bytes: a sum over k does not care about its order.
 constexpr int kMmaThreads = 128;  // 4 warps
 constexpr int kMmaWarps = kMmaThreads / 32;
-constexpr int kMmaRows = 16;      // pairs per tile
+constexpr int kMmaRows = int(moe_heur::kMmaRows);  // pairs per tile
 constexpr int kExpandCols = moe_heur::kExpandCols;  // expand: columns per tile (a warp: 4 n8 tiles)
 static_assert(kMmaThreads >= moe_heur::kMmaMaxEntries && kExpandCols == 32 * kMmaWarps, "tile shape");
 

@@ -13,6 +13,7 @@ namespace punica::kernels::moe_heur {
 constexpr int kMmaMaxEntries = 128;     // slot entries the mma kernels' packed work list holds
 constexpr int kMmaMaxRank = 64;         // rank (shrink: a_rank, expand: max_rank) of the mma tiles
 constexpr int kExpandCols = 128;        // mma expand: columns per tile
+constexpr int64_t kMmaRows = 16;        // pairs per mma tile
 constexpr int kExpandMaxTiles = 8;      // mma expand: column tiles one block walks at most
 constexpr int64_t kMmaMinPairs = 4;     // mma shrink: average pairs per work item at least
 constexpr int64_t kExpandBlocks = 2112; // mma expand: blocks aimed at (16 per SM), tiles per block above
@@ -66,8 +67,12 @@ inline Plan plan(const FusedMoeLoraArgs& a, bool split) {
   if (!a.routing.naive && b16 && list_ok && a.inter_dtype() == a.dtype && a.max_rank % 8 == 0 &&
       a.max_rank <= kMmaMaxRank) {
     p.expand = Kernel::mma;
-    // blocks of <= 16 pairs: 4 items per block share each B tile (2 at rank 33-64: registers)
-    if (a.routing.block_size <= 16) p.items_per_block = a.max_rank > 32 ? 2 : 4;
+    // Blocks of <= 16 pairs: 4 items per block share each B tile (2 at rank 33-64: registers), where a
+    // (slot, expert) run averages >= 2 blocks. 5f696af against 89afcfc: Mixtral T=4096 (205 pairs per
+    // run) w13 600 -> 497 µs; Qwen / DeepSeek w2 T=512 (6-10 pairs, one block per run) 57.5 -> 68.2,
+    // 57.6 -> 63.4: nothing to share, the items' epilogues only serialise.
+    if (a.routing.block_size <= 16 && numel >= 2 * kMmaRows * entries(a) * a.num_experts)
+      p.items_per_block = a.max_rank > 32 ? 2 : 4;
     const int64_t tiles = (a.slice_width + kExpandCols - 1) / kExpandCols;
     const int64_t blocks = std::max<int64_t>(1, std::min(numel, p.items) / p.items_per_block) * a.num_slices * tiles;
     p.tiles_per_block = int(std::clamp<int64_t>(blocks / kExpandBlocks, 1, kExpandMaxTiles));

@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
     // the mma kernels: shrink (>= 4 pairs per alignment block), expand over 2 column tiles per block
     c.name = "mma_tiles"; c.add_inputs = true; c.offset = 0; c.none_pct = 10; c.M = 300; c.k = 2; c.E = 8; c.bs = 16;
     c.ranks = {16, 9, 16, 0}; c.K = 72; c.N = 5128; c.S = 2; fused_case(c);
+    // 4 alignment blocks per expand block (runs of >= 2 blocks: M k >= 32 (L+1) E)
+    c.name = "mma_group4"; c.M = 700; c.N = 264; c.ranks = {16, 9, 16, 0}; fused_case(c);
     c.name = "mma_rank40_w2_nan"; c.w2 = true; c.S = 1; c.ranks = {40, 33, 0}; c.N = 136; c.offset = 8;
     c.add_inputs = false; c.nan_pad = true; c.shared_b = true; fused_case(c);
     c.nan_pad = false; c.shared_b = false;
