@@ -13,6 +13,7 @@
 #include "kernels/lora_expand/heuristics.h"
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/heuristics.h"
+#include "kernels/fused_moe_lora/heuristics.h"
 
 namespace punica::kernels {
 namespace {
@@ -704,6 +705,50 @@ TEST(ExpandHeuristics, PipeTilesMultiSlice) {
   EXPECT_EQ(expand_heur::pipe_tiles16(1), 4);
   EXPECT_EQ(expand_heur::pipe_tiles16(2), 3);
   EXPECT_EQ(expand_heur::pipe_tiles16(3), 3);
+}
+
+// The fused MoE LoRA split form (kernels/fused_moe_lora/heuristics.h): tensor-core tiles over the
+// aligned path's blocks; the CUDA-core kernels for naive routing, few pairs per block (shrink), an
+// intermediate not in the output dtype or ranks past 64 (expand); one kernel without scratch.
+TEST(MoeHeuristics, SplitFormKernels) {
+  auto mk = [](int64_t M, int k, int E, int L, int r, int64_t K, int64_t N, int S) {
+    FusedMoeLoraArgs a;
+    a.num_tokens = M; a.top_k = k; a.num_experts = E; a.max_loras = L; a.max_rank = r; a.hidden = K;
+    a.slice_width = N; a.num_slices = S;
+    a.routing.naive = moe_lora_use_naive(M, k, E, L, false);
+    a.routing.block_size = 16;
+    a.routing.max_padded = moe_lora_align_sizes(M * k, E, 16, false).max_padded;
+    return a;
+  };
+  using moe_heur::Kernel;
+  // Mixtral w13 (H 4096, I 14336, E 8, k 2), 4 adapters
+  auto p = moe_heur::plan(mk(4096, 2, 8, 4, 16, 4096, 14336, 2), true);
+  EXPECT_EQ(p.shrink, Kernel::mma);
+  EXPECT_EQ(p.expand, Kernel::mma);
+  EXPECT_EQ(p.items, 552);  // 512 full blocks + one partial per (entry, expert)
+  EXPECT_EQ(p.tiles_per_block, 8);
+  EXPECT_EQ(p.items_per_block, 4);  // 4 blocks of <= 16 pairs share each B tile
+  EXPECT_EQ(p.name(), "shrink=mma expand=mma");
+  p = moe_heur::plan(mk(512, 2, 8, 4, 64, 4096, 14336, 2), true);
+  EXPECT_EQ(p.shrink, Kernel::mma);  // 1024 pairs over 104 items
+  EXPECT_EQ(p.expand, Kernel::mma);
+  EXPECT_EQ(p.items_per_block, 1);   // 1024 pairs over 5 x 8 (slot, expert) runs: ~1.6 blocks each
+  EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 64, 4096, 14336, 2), true).items_per_block, 2);  // rank 64
+  EXPECT_EQ(moe_heur::plan(mk(512, 8, 128, 4, 16, 768, 2048, 1), true).items_per_block, 1);  // Qwen w2
+  auto bs32 = mk(4096, 2, 8, 4, 16, 4096, 14336, 2);
+  bs32.routing.block_size = 32;
+  EXPECT_EQ(moe_heur::plan(bs32, true).items_per_block, 1);
+  p = moe_heur::plan(mk(64, 2, 8, 4, 16, 4096, 14336, 2), true);
+  EXPECT_EQ(p.shrink, Kernel::rows);  // 128 pairs over 48 items: the row split spreads wider
+  EXPECT_EQ(p.expand, Kernel::mma);
+  p = moe_heur::plan(mk(1, 2, 8, 4, 16, 4096, 14336, 2), true);  // naive routing
+  EXPECT_EQ(p.name(), "shrink=rows expand=rows");
+  auto f32 = mk(4096, 2, 8, 4, 16, 4096, 14336, 2);
+  f32.intermediate_dtype = DType::f32;  // not an mma operand
+  EXPECT_EQ(moe_heur::plan(f32, true).expand, Kernel::rows);
+  EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 128, 4096, 14336, 2), true).name(), "shrink=rows expand=rows");
+  EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 200, 16, 4096, 14336, 2), true).expand, Kernel::rows);  // > 128 entries
+  EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 16, 4096, 14336, 2), false).name(), "fused");
 }
 
 }  // namespace

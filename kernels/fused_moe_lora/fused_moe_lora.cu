@@ -5,13 +5,18 @@
 // memory, the expand (a thread per output column, 16-byte loads of its B row) adds the delta.
 // Work is proportional to each adapter's true rank: A rows / B columns beyond it are never read.
 // The split form runs the same kernel as shrink-only and expand-only through a global buffer.
+// The aligned path's split form (what the one call runs with scratch) has tensor-core kernels too
+// (heuristics.h picks): a block of 16 pairs of one (slot, expert) per mma.sync m16n8k16 tile, the
+// work items (slot entry, alignment block) packed densely so no block waits on an empty one.
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
+#include "kernels/fused_moe_lora/heuristics.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
@@ -57,9 +62,13 @@ struct Params {
   bool vec_k, vec_b;
   int S;
   int nz;         // blockIdx.z = s * nz + t: t is a column tile (expand) or a rank-row group (shrink-only)
-  int64_t tn;     // expand columns per tile
+  int64_t tn;     // expand columns per tile (mma expand: 128-column tiles per block)
   int rows;       // shrink-only: A rows per row group
   int kparts;     // shrink-only: warps per A row (K split; rows * kparts == kWarps when > 1)
+  int nent;       // aligned path: slot entries (L + 1 with lora_ids, else L)
+  int64_t wmax;   // mma kernels: work-item slots of the grid (a grid-stride loop covers the rest)
+  int group;      // mma expand: consecutive work items per block (1: the one-item kernel)
+  bool vec_y;     // 16-byte y accesses: the written columns start 8-aligned in 16-byte-aligned rows
 };
 
 template <class T> __device__ __forceinline__ float tof(T v);
@@ -79,6 +88,15 @@ template <class T> __device__ __forceinline__ void load8(const T* p, float out[8
   for (int i = 0; i < 8; ++i) out[i] = tof<T>(e[i]);
 }
 
+// Programmatic dependent launch (sm_90): the one call's expand is a dependent of its shrink, so its
+// launch, routing reads and (mma) B loads overlap the shrink; it waits before reading the
+// intermediate. Without the launch attribute the wait returns at once (the split API's expand).
+__device__ __forceinline__ void wait_for_shrink() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <class T, class TI, int MODE>
 __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
   extern __shared__ float u_sh[];  // [kChunk][max(rA, rB)]
@@ -86,6 +104,10 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
   __shared__ int64_t xoff_sh[kChunk];
   __shared__ int npairs_sh;
   __shared__ float red_sh[kWarps][kChunk];  // shrink-only K split: per-warp partial sums
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // the one call's expand may launch now: at decode its blocks find free SMs beside this grid
+  if (MODE == kShrinkOnly) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int s = int(blockIdx.z) / p.nz, t = int(blockIdx.z) % p.nz;
   int l, e;
   if (p.naive) {
@@ -198,6 +220,7 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
       }
     } else {
       // ---- expand-only: the chunk's intermediate rows from the (collective's) buffer
+      wait_for_shrink();
       const TI* u = static_cast<const TI*>(p.inter);
       for (int idx = threadIdx.x; idx < cn * rl_b; idx += kThreads) {
         const int q = idx / rl_b, j = idx % rl_b;
@@ -250,6 +273,466 @@ __global__ void __launch_bounds__(kThreads) fused_moe_lora_kernel(Params p) {
       }
     }
     __syncthreads();
+  }
+}
+
+// ---- Tensor-core kernels (aligned or naive routing, split form) ----
+// A work item is one alignment block (<= block_size pairs of one slot and expert) or one naive pair;
+// its pairs go through 16 at a time as the m16 rows of mma.sync m16n8k16 tiles. The k dimension
+// (K for the shrink, the rank for the expand) is permuted alike in both operands so every thread
+// loads 8 or 16 contiguous bytes: a sum over k does not care about its order.
+constexpr int kMmaThreads = 128;  // 4 warps
+constexpr int kMmaWarps = kMmaThreads / 32;
+constexpr int kMmaRows = int(moe_heur::kMmaRows);  // pairs per tile
+constexpr int kExpandCols = moe_heur::kExpandCols;  // expand: columns per tile (a warp: 4 n8 tiles)
+static_assert(kMmaThreads >= moe_heur::kMmaMaxEntries && kExpandCols == 32 * kMmaWarps, "tile shape");
+
+template <class T>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef PUNICA_BLOCK_EMU
+  ::emu::mma16816<T>(c, a, b);
+#else
+  if constexpr (std::is_same<T, __half>::value)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+template <class T> __device__ __forceinline__ float bits_to_f(uint32_t b) {
+  const unsigned short u = static_cast<unsigned short>(b);
+  T h;
+  memcpy(&h, &u, 2);
+  return tof<T>(h);
+}
+template <class T> __device__ __forceinline__ uint32_t f_to_bits(float v) {
+  const T h = fromf<T>(v);
+  unsigned short u;
+  memcpy(&u, &h, 2);
+  return u;
+}
+
+__device__ __forceinline__ uint4 ldg16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+// Elements [j, j + 4) of a 16-bit row (j % 4 == 0, 8-byte aligned there), zero from `lim` on: the
+// rank padding past an adapter's true rank is never read.
+__device__ __forceinline__ uint2 ld4_masked(const void* row, int j, int lim) {
+  uint2 r;
+  r.x = 0u;
+  r.y = 0u;
+  const unsigned short* q = static_cast<const unsigned short*>(row);
+  if (j + 4 <= lim) return __ldg(reinterpret_cast<const uint2*>(q + j));
+  if (j < lim) {  // a rank not a multiple of 4: j, j + 1, j + 2 below lim at most
+    r.x = __ldg(q + j);
+    if (j + 1 < lim) r.x |= uint32_t(__ldg(q + j + 1)) << 16;
+    if (j + 2 < lim) r.y = __ldg(q + j + 2);
+  }
+  return r;
+}
+
+// The packed work list: aligned, slot entry i holds min(Q, ceil(ntpp[l] / bs)) blocks (0 when the
+// slot is skipped) and an inclusive prefix over the entries in shared memory maps a work index to
+// (slot, block); naive, work index = pair. Returns the item count. Needs nent <= kMmaThreads.
+__device__ __forceinline__ int64_t work_prefix(const Params& p, int* pre, int* slot) {
+  if (p.naive) return p.numel;
+  const int i = threadIdx.x;
+  int nb = 0, l = -1;
+  if (i < p.nent) {
+    l = p.lora_ids ? p.lora_ids[i] : i;
+    if (l >= 0 && l < p.L && !(p.enabled && p.enabled[l] == 0)) {
+      const int64_t n = (int64_t(p.ntpp[l]) + p.bs - 1) / p.bs;
+      nb = int(n < 0 ? 0 : (n < p.Q ? n : p.Q));
+    }
+  }
+  slot[i] = l;
+  pre[i] = nb;
+  __syncthreads();
+  for (int o = 1; o < kMmaThreads; o <<= 1) {
+    const int v = i >= o ? pre[i - o] : 0;
+    __syncthreads();
+    pre[i] += v;
+    __syncthreads();
+  }
+  return pre[kMmaThreads - 1];
+}
+
+// Aligned item w: its slot (l) and alignment block, from the entries' inclusive prefix.
+__device__ __forceinline__ int64_t item_block(const Params& p, int64_t w, const int* pre, const int* slot, int& l) {
+  int lo = 0, hi = p.nent - 1;  // the first entry whose prefix passes w
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (pre[mid] > w) hi = mid; else lo = mid + 1;
+  }
+  l = slot[lo];
+  return w - (lo > 0 ? pre[lo - 1] : 0);
+}
+
+// Item w's slot and expert, its valid pairs compacted into pairs_sh (every thread returns the same
+// count; 0 when the item adds nothing). Ends with a barrier.
+__device__ __forceinline__ int item_pairs(const Params& p, int64_t w, const int* pre, const int* slot, int* pairs_sh,
+                                          int* npairs_sh, int& l, int& e) {
+  if (p.naive) {
+    l = p.map[w / p.top_k];
+    e = p.eids[w];
+    if (l < 0 || l >= p.L || (p.enabled && p.enabled[l] == 0) || e < 0 || e >= p.E) return 0;
+    if (threadIdx.x == 0) pairs_sh[0] = int(w);
+    __syncthreads();
+    return 1;
+  }
+  const int64_t b = item_block(p, w, pre, slot, l);
+  e = p.eids[int64_t(l) * p.Q + b];
+  if (e < 0 || e >= p.E) return 0;
+  if (threadIdx.x == 0) *npairs_sh = 0;
+  __syncthreads();
+  const int64_t start = b * p.bs;
+  const int32_t* list = p.sorted + int64_t(l) * p.P + start;
+  for (int q = threadIdx.x; q < p.bs && start + q < p.P; q += kMmaThreads) {
+    const int32_t v = list[q];
+    if (v >= 0 && v < p.numel) pairs_sh[atomicAdd(npairs_sh, 1)] = v;
+  }
+  __syncthreads();
+  const int n = *npairs_sh;
+  __syncthreads();  // every thread has the count before the next item resets it
+  return n;
+}
+
+// Shrink-only: inter[s, pair, 0:rA] = round_I(A[l,e] . x[row(pair)]) for the item's pairs, zero past
+// the local true rank. Warps split K in 32-wide chunks (thread t holds k = 8t..8t+7 of each: a
+// 16-byte load of an x row and of an A row), then add their 16 x (8 NT) tiles in shared memory.
+template <class T, class TI, int NT>
+__global__ void __launch_bounds__(kMmaThreads, 4) moe_mma_shrink_kernel(Params p) {
+  __shared__ int pre_sh[kMmaThreads], slot_sh[kMmaThreads];
+  __shared__ int pairs_sh[kMoeLoraMaxBlockSize];
+  __shared__ int npairs_sh;
+  __shared__ float red_sh[kMmaWarps][kMmaRows][NT * 8 + 1];
+  const int64_t total = work_prefix(p, pre_sh, slot_sh);
+  const int s = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const T* x = static_cast<const T*>(p.x);
+  const int64_t nkc = (p.K + 31) / 32;
+  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    int l, e;
+    const int npairs = item_pairs(p, w, pre_sh, slot_sh, pairs_sh, &npairs_sh, l, e);
+    if (npairs == 0) continue;
+    const int rank_l = p.ranks ? p.ranks[l] : p.rB;
+    const int rl = max(0, min(rank_l - p.a_off, p.rA));
+    const T* A = static_cast<const T*>(p.A[s]) + int64_t(l) * p.a_lora_stride + int64_t(e) * p.a_expert_stride;
+    for (int c0 = 0; c0 < npairs; c0 += kMmaRows) {
+      const int cn = min(kMmaRows, npairs - c0);
+      const T* xr0 = nullptr;
+      const T* xr1 = nullptr;
+      if (g < cn) { const int64_t pr = pairs_sh[c0 + g]; xr0 = x + (p.mul ? pr : pr / p.top_k) * p.ldx; }
+      if (g + 8 < cn) { const int64_t pr = pairs_sh[c0 + g + 8]; xr1 = x + (p.mul ? pr : pr / p.top_k) * p.ldx; }
+      float acc[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 2
+      for (int64_t kc = warp; kc < nkc; kc += kMmaWarps) {
+        const int64_t k = kc * 32 + t * 8;
+        uint4 xa = make_uint4(0u, 0u, 0u, 0u), xb = make_uint4(0u, 0u, 0u, 0u);
+        const bool kin = k < p.K;
+        if (kin && xr0) xa = ldg16(xr0 + k);
+        if (kin && xr1) xb = ldg16(xr1 + k);
+        const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
+        const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          if (n * 8 < rl) {
+            const int j = n * 8 + g;
+            uint4 av = make_uint4(0u, 0u, 0u, 0u);
+            if (kin && j < rl) av = ldg16(A + int64_t(j) * p.K + k);
+            const uint32_t b0[2] = {av.x, av.y}, b1[2] = {av.z, av.w};
+            mma16816<T>(acc[n], a0, b0);
+            mma16816<T>(acc[n], a1, b1);
+          }
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        red_sh[warp][g][n * 8 + 2 * t] = acc[n][0];
+        red_sh[warp][g][n * 8 + 2 * t + 1] = acc[n][1];
+        red_sh[warp][g + 8][n * 8 + 2 * t] = acc[n][2];
+        red_sh[warp][g + 8][n * 8 + 2 * t + 1] = acc[n][3];
+      }
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < cn * p.rA; idx += kMmaThreads) {
+        const int q = idx / p.rA, j = idx % p.rA;
+        float v = 0.f;
+#pragma unroll
+        for (int ww = 0; ww < kMmaWarps; ++ww) v += red_sh[ww][q][j];
+        const int64_t pr = pairs_sh[c0 + q];
+        static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// y[row, col .. col + 8) (+)= round(w * a): 16 bytes at once (`old`: the row's y loaded before) or
+// element by element up to `left` columns (rows without 16-byte alignment).
+template <class T>
+__device__ __forceinline__ void store_y8(const Params& p, T* yp, const float* a, float wgt, const uint4& old,
+                                         int64_t left) {
+  if (p.vec_y) {
+    const uint32_t in[4] = {old.x, old.y, old.z, old.w};
+    uint32_t out[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float lo = (p.add ? bits_to_f<T>(in[c] & 0xffffu) : 0.f) + round_as<T>(a[2 * c] * wgt);
+      const float hi = (p.add ? bits_to_f<T>(in[c] >> 16) : 0.f) + round_as<T>(a[2 * c + 1] * wgt);
+      out[c] = f_to_bits<T>(lo) | (f_to_bits<T>(hi) << 16);
+    }
+    *reinterpret_cast<uint4*>(yp) = make_uint4(out[0], out[1], out[2], out[3]);
+  } else {
+    for (int c = 0; c < 8 && c < left; ++c) yp[c] = fromf<T>((p.add ? tof<T>(yp[c]) : 0.f) + round_as<T>(a[c] * wgt));
+  }
+}
+
+// B fragments of one n8 column (`col`) over KS k16 steps at true rank rl, zero past N.
+template <int KS>
+__device__ __forceinline__ void load_b_col(const Params& p, const void* Bm, int64_t col, int rl, int t,
+                                           uint32_t (&bf)[KS][2]) {
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    uint2 v;
+    v.x = v.y = 0u;
+    if (ks * 16 < rl && col < p.N)
+      v = ld4_masked(static_cast<const unsigned short*>(Bm) + col * p.rB, ks * 16 + 4 * t, rl);
+    bf[ks][0] = v.x;
+    bf[ks][1] = v.y;
+  }
+}
+
+// The expand block's run of 128-column tiles [t0, t1): blockIdx.y picks p.tn of them.
+__device__ __forceinline__ void block_tiles(const Params& p, int64_t& t0, int64_t& t1) {
+  const int64_t ntiles = (p.N + kExpandCols - 1) / kExpandCols;
+  t0 = int64_t(blockIdx.y) * p.tn;
+  t1 = t0 + p.tn < ntiles ? t0 + p.tn : ntiles;
+}
+
+// A warp's 16 x 8 accumulator tile into the block's 16 x 128 staging tile at column c (= its 2t).
+__device__ __forceinline__ void stash_acc(float (*acc_sh)[kExpandCols + 4], const float (&acc)[4], int c, int g) {
+  acc_sh[g][c] = acc[0];
+  acc_sh[g][c + 1] = acc[1];
+  acc_sh[g + 8][c] = acc[2];
+  acc_sh[g + 8][c + 1] = acc[3];
+}
+
+// Expand-only (intermediate in the output dtype): y[pair, offset + s*N + n] (+)= round(w * B[l,e][n] . u)
+// over column tiles of 128 (a warp 4 n8 tiles); a block walks `tn` tiles of one item, the next tile's
+// y loaded before the current tile's epilogue. u fragments: rows g, g + 8 of the chunk,
+// rank j = 16 ks + 4t .. + 3 (an 8-byte load), zero past the true rank; B alike per column.
+template <class T, int KS>
+__global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_kernel(Params p) {
+  __shared__ int pre_sh[kMmaThreads], slot_sh[kMmaThreads];
+  __shared__ int pairs_sh[kMoeLoraMaxBlockSize];
+  __shared__ int npairs_sh;
+  __shared__ float acc_sh[kMmaRows][kExpandCols + 4];
+  const int64_t total = work_prefix(p, pre_sh, slot_sh);
+  const int s = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  int64_t tile0, tile1;
+  block_tiles(p, tile0, tile1);
+  T* y = static_cast<T*>(p.y);
+  const T* u = static_cast<const T*>(p.inter);
+  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    int l, e;
+    const int npairs = item_pairs(p, w, pre_sh, slot_sh, pairs_sh, &npairs_sh, l, e);
+    if (npairs == 0 || tile0 >= tile1) continue;
+    const int rank_l = p.ranks ? p.ranks[l] : p.rB;
+    const int rl = max(0, min(rank_l, p.rB));
+    const T* Bm = static_cast<const T*>(p.B[s]) + int64_t(l) * p.b_lora_stride + int64_t(e) * p.b_expert_stride;
+    for (int c0 = 0; c0 < npairs; c0 += kMmaRows) {
+      const int cn = min(kMmaRows, npairs - c0);
+      // epilogue units: 16 rows x 16 groups of 8 columns, two per thread (16 threads per row)
+      int64_t urow[2];
+      int ucg[2];
+      float wgt[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16;
+        ucg[i] = unit % 16;
+        urow[i] = q < cn ? int64_t(pairs_sh[c0 + q]) : -1;
+        wgt[i] = (q < cn && p.mul) ? p.w[urow[i]] : 1.f;
+      }
+      auto load_b = [&](int64_t tile, uint32_t (&bf)[4][KS][2]) {
+#pragma unroll
+        for (int n = 0; n < 4; ++n) load_b_col<KS>(p, Bm, tile * kExpandCols + warp * 32 + n * 8 + g, rl, t, bf[n]);
+      };
+      auto load_y = [&](int64_t tile, uint4 (&yv)[2]) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          yv[i] = make_uint4(0u, 0u, 0u, 0u);
+          const int64_t col = tile * kExpandCols + ucg[i] * 8;
+          if (p.vec_y && p.add && urow[i] >= 0 && col < p.N)
+            yv[i] = ldg16(y + urow[i] * p.ldy + p.offset + int64_t(s) * p.N + col);
+        }
+      };
+      uint32_t bcur[4][KS][2];
+      // B (up to rank 32: more spills) and the routing before the wait: only u comes from the shrink
+      constexpr bool kEarlyB = KS < 4;
+      if (kEarlyB) load_b(tile0, bcur);
+      wait_for_shrink();
+      uint32_t ua[KS][4];
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint2 r0, r1;
+        r0.x = r0.y = r1.x = r1.y = 0u;
+        if (ks * 16 < rl) {
+          if (g < cn) r0 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[c0 + g]) * p.rB, ks * 16 + 4 * t, rl);
+          if (g + 8 < cn) r1 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[c0 + g + 8]) * p.rB, ks * 16 + 4 * t, rl);
+        }
+        ua[ks][0] = r0.x; ua[ks][1] = r1.x; ua[ks][2] = r0.y; ua[ks][3] = r1.y;
+      }
+      uint4 ycur[2], ynext[2];
+      load_y(tile0, ycur);
+      for (int64_t tile = tile0; tile < tile1; ++tile) {
+        if (tile > tile0 || !kEarlyB) load_b(tile, bcur);
+        float acc[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+          for (int ks = 0; ks < KS; ++ks)
+            if (ks * 16 < rl) mma16816<T>(acc[n], ua[ks], bcur[n][ks]);
+        }
+        if (tile + 1 < tile1) load_y(tile + 1, ynext);
+#pragma unroll
+        for (int n = 0; n < 4; ++n) stash_acc(acc_sh, acc[n], warp * 32 + n * 8 + 2 * t, g);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          if (urow[i] < 0) continue;
+          const int q = (threadIdx.x + kMmaThreads * i) / 16;
+          const int64_t col = tile * kExpandCols + ucg[i] * 8;
+          if (col >= p.N) continue;
+          T* yp = y + urow[i] * p.ldy + p.offset + int64_t(s) * p.N + col;
+          store_y8<T>(p, yp, &acc_sh[q][ucg[i] * 8], wgt[i], ycur[i], p.N - col);
+        }
+        __syncthreads();
+        if (tile + 1 < tile1) {
+          ycur[0] = ynext[0];
+          ycur[1] = ynext[1];
+        }
+      }
+    }
+  }
+}
+
+// The expand for blocks of <= 16 pairs (block_size <= 16, the common case): a block takes G
+// consecutive items (mostly one (slot, expert) run) so each B tile is loaded once for all of them
+// and their y rows are in flight together; u of every item stays in registers across the tiles.
+template <class T, int KS, int G>
+__global__ void __launch_bounds__(kMmaThreads, 3) moe_mma_expand_group_kernel(Params p) {
+  __shared__ int pre_sh[kMmaThreads], slot_sh[kMmaThreads];
+  __shared__ int pairs_sh[G][kMmaRows];
+  __shared__ int n_sh[G], l_sh[G], e_sh[G];
+  __shared__ float acc_sh[kMmaRows][kExpandCols + 4];
+  int64_t tile0, tile1;
+  block_tiles(p, tile0, tile1);
+  T* y = static_cast<T*>(p.y);
+  const T* u = static_cast<const T*>(p.inter);
+  const int64_t total = work_prefix(p, pre_sh, slot_sh);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g8 = lane / 4, t = lane % 4, s = blockIdx.z;
+  for (int64_t w0 = int64_t(blockIdx.x) * G; w0 < total; w0 += int64_t(gridDim.x) * G) {
+    if (threadIdx.x < G) n_sh[threadIdx.x] = 0;
+    __syncthreads();
+    if (warp < G && w0 + warp < total) {  // warp g gathers item w0 + g
+      const int64_t w = w0 + warp;
+      int l, e;
+      bool ok;
+      if (p.naive) {
+        l = p.map[w / p.top_k];
+        e = p.eids[w];
+        ok = l >= 0 && l < p.L && !(p.enabled && p.enabled[l] == 0) && e >= 0 && e < p.E;
+        if (ok && lane == 0) pairs_sh[warp][atomicAdd(&n_sh[warp], 1)] = int(w);
+      } else {
+        const int64_t b = item_block(p, w, pre_sh, slot_sh, l);
+        e = p.eids[int64_t(l) * p.Q + b];
+        ok = e >= 0 && e < p.E;
+        const int64_t start = b * p.bs;
+        if (ok && lane < p.bs && start + lane < p.P) {
+          const int32_t v = p.sorted[int64_t(l) * p.P + start + lane];
+          if (v >= 0 && v < p.numel) pairs_sh[warp][atomicAdd(&n_sh[warp], 1)] = v;
+        }
+      }
+      if (lane == 0) { l_sh[warp] = l; e_sh[warp] = e; }
+    }
+    __syncthreads();
+    wait_for_shrink();
+    uint32_t ua[G][KS][4];
+    int rl[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int n = n_sh[g];
+      rl[g] = 0;
+      if (n > 0) rl[g] = max(0, min(p.ranks ? p.ranks[l_sh[g]] : p.rB, p.rB));
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint2 r0, r1;
+        r0.x = r0.y = r1.x = r1.y = 0u;
+        if (ks * 16 < rl[g]) {
+          if (g8 < n) r0 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[g][g8]) * p.rB, ks * 16 + 4 * t, rl[g]);
+          if (g8 + 8 < n) r1 = ld4_masked(u + (int64_t(s) * p.numel + pairs_sh[g][g8 + 8]) * p.rB, ks * 16 + 4 * t, rl[g]);
+        }
+        ua[g][ks][0] = r0.x; ua[g][ks][1] = r1.x; ua[g][ks][2] = r0.y; ua[g][ks][3] = r1.y;
+      }
+    }
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+      // y of every item's rows first (16 threads per row, 8 columns each, two rows per thread)
+      uint4 yv[G][2];
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16;
+          const int64_t col = tile * kExpandCols + (unit % 16) * 8;
+          yv[g][i] = make_uint4(0u, 0u, 0u, 0u);
+          if (p.vec_y && p.add && q < n_sh[g] && col < p.N)
+            yv[g][i] = ldg16(y + int64_t(pairs_sh[g][q]) * p.ldy + p.offset + int64_t(s) * p.N + col);
+        }
+      uint32_t bf[4][KS][2];
+      int key_l = -1, key_e = -1;
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int n = n_sh[g];
+        if (n == 0) continue;
+        if (l_sh[g] != key_l || e_sh[g] != key_e) {  // B tile of this item's (slot, expert)
+          key_l = l_sh[g];
+          key_e = e_sh[g];
+          const T* Bm = static_cast<const T*>(p.B[s]) + int64_t(key_l) * p.b_lora_stride + int64_t(key_e) * p.b_expert_stride;
+#pragma unroll
+          for (int nn = 0; nn < 4; ++nn) load_b_col<KS>(p, Bm, tile * kExpandCols + warp * 32 + nn * 8 + g8, rl[g], t, bf[nn]);
+        }
+        float acc[4][4];
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn) {
+          acc[nn][0] = acc[nn][1] = acc[nn][2] = acc[nn][3] = 0.f;
+#pragma unroll
+          for (int ks = 0; ks < KS; ++ks)
+            if (ks * 16 < rl[g]) mma16816<T>(acc[nn], ua[g][ks], bf[nn][ks]);
+          stash_acc(acc_sh, acc[nn], warp * 32 + nn * 8 + 2 * t, g8);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16, cg = unit % 16;
+          const int64_t col = tile * kExpandCols + cg * 8;
+          if (q >= n || col >= p.N) continue;
+          const int64_t pr = pairs_sh[g][q];
+          const float wgt = p.mul ? p.w[pr] : 1.f;
+          T* yp = y + pr * p.ldy + p.offset + int64_t(s) * p.N + col;
+          store_y8<T>(p, yp, &acc_sh[q][cg * 8], wgt, yv[g][i], p.N - col);
+        }
+        __syncthreads();
+      }
+    }
   }
 }
 
@@ -374,15 +857,31 @@ void plan_shrink(Params& p) {
   p.tn = p.N;
 }
 
+// `pdl`: launched as a programmatic dependent of the kernel before it (the one call's expand).
+template <class K>
+void launch_params(K kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t st, bool pdl, const Params& p) {
+  if (!pdl) {
+    kernel<<<grid, threads, smem, st>>>(p);
+    return;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  // (grid, block, dynamic smem, stream, attributes, count): positional, as the block emulator
+  // defines gridDim / blockDim as macros
+  const cudaLaunchConfig_t cfg = {grid, dim3(unsigned(threads)), smem, st, attr, 1};
+  PUNICA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
 template <class T, class TI>
-void launch_typed(const Params& p, int mode, int S, cudaStream_t st) {
+void launch_typed(const Params& p, int mode, int S, cudaStream_t st, bool pdl) {
   const dim3 grid(unsigned(p.naive ? p.numel : p.Q), unsigned(p.naive ? 1 : (p.lora_ids ? p.L + 1 : p.L)),
                   unsigned(S * p.nz));
   const std::size_t smem = std::size_t(kChunk) * std::max(p.rA, p.rB) * sizeof(float);
   auto go = [&](auto kernel) {
     if (smem > 48 * 1024)
       PUNICA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    kernel<<<grid, kThreads, smem, st>>>(p);
+    launch_params(kernel, grid, kThreads, smem, st, pdl, p);
   };
   if (mode == kFused) go(fused_moe_lora_kernel<T, TI, kFused>);
   else if (mode == kShrinkOnly) go(fused_moe_lora_kernel<T, TI, kShrinkOnly>);
@@ -390,26 +889,84 @@ void launch_typed(const Params& p, int mode, int S, cudaStream_t st) {
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 
-void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true) {
+template <class T, class TI>
+void launch_mma(const Params& p, int mode, cudaStream_t st, bool pdl) {
+  const dim3 grid(unsigned(std::max<int64_t>(1, p.wmax)), unsigned(p.nz), unsigned(p.S));
+  if (mode == kShrinkOnly) {
+    if (p.rA <= 16) launch_params(moe_mma_shrink_kernel<T, TI, 2>, grid, kMmaThreads, 0, st, pdl, p);
+    else if (p.rA <= 32) launch_params(moe_mma_shrink_kernel<T, TI, 4>, grid, kMmaThreads, 0, st, pdl, p);
+    else launch_params(moe_mma_shrink_kernel<T, TI, 8>, grid, kMmaThreads, 0, st, pdl, p);
+  } else if (p.group > 1) {
+    const dim3 g(unsigned(std::max<int64_t>(1, (p.wmax + p.group - 1) / p.group)), unsigned(p.nz), unsigned(p.S));
+    if (p.rB <= 16) launch_params(moe_mma_expand_group_kernel<T, 1, 4>, g, kMmaThreads, 0, st, pdl, p);
+    else if (p.rB <= 32) launch_params(moe_mma_expand_group_kernel<T, 2, 4>, g, kMmaThreads, 0, st, pdl, p);
+    else launch_params(moe_mma_expand_group_kernel<T, 4, 2>, g, kMmaThreads, 0, st, pdl, p);
+  } else {
+    if (p.rB <= 16) launch_params(moe_mma_expand_kernel<T, 1>, grid, kMmaThreads, 0, st, pdl, p);
+    else if (p.rB <= 32) launch_params(moe_mma_expand_kernel<T, 2>, grid, kMmaThreads, 0, st, pdl, p);
+    else launch_params(moe_mma_expand_kernel<T, 4>, grid, kMmaThreads, 0, st, pdl, p);
+  }
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+// The tensor-core kernels take their plan where every operand they load 16 (8) bytes wide is aligned.
+bool mma_aligned(const FusedMoeLoraArgs& a, int mode) {
+  bool ok = aligned16(a.intermediate);
+  for (int s = 0; s < a.num_slices; ++s)
+    ok = ok && (mode == kShrinkOnly ? aligned16(a.lora_a[s]) : aligned16(a.lora_b[s]));
+  if (mode == kShrinkOnly) ok = ok && aligned16(a.x) && (a.x_row_stride <= 0 || a.x_row_stride % 8 == 0);
+  return ok;
+}
+
+void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true, bool pdl = false) {
   Params p = make_params(a, mode);
   p.S = a.num_slices;
   p.rows = p.rA;
   p.kparts = 1;
-  if (mode == kShrinkOnly) plan_shrink(p);
-  else plan_expand(p, mode == kFused);
+  p.nent = a.routing.lora_ids ? a.max_loras + 1 : a.max_loras;
+  const moe_heur::Plan plan = moe_heur::plan(a, mode != kFused);
+  const bool mma = mode != kFused && mma_aligned(a, mode) &&
+                   (mode == kShrinkOnly ? plan.shrink : plan.expand) == moe_heur::Kernel::mma;
+  if (mma) {
+    p.wmax = plan.items;
+    p.vec_y = aligned16(a.y) && p.ldy % 8 == 0 && a.offset % 8 == 0 && a.slice_width % 8 == 0;
+    if (mode == kShrinkOnly) {
+      p.nz = 1;
+    } else {
+      const int64_t tiles = (p.N + kExpandCols - 1) / kExpandCols;
+      const int64_t groups = std::max<int64_t>(1, (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block);
+      p.tn = (tiles + groups - 1) / groups;  // column tiles per block
+      p.group = plan.items_per_block;
+      p.nz = int(std::max<int64_t>(1, (tiles + p.tn - 1) / p.tn));
+    }
+  } else if (mode == kShrinkOnly) {
+    plan_shrink(p);
+  } else {
+    plan_expand(p, mode == kFused);
+  }
   if (mode == kShrinkOnly && clear && p.numel > 0)
     PUNICA_CUDA_CHECK(cudaMemsetAsync(a.intermediate, 0,
                                       std::size_t(a.num_slices) * p.numel * p.rA * dtype_size(a.inter_dtype()), st));
   if (p.numel == 0 || p.L == 0 || p.E == 0) return;
   if (!p.naive && p.Q == 0) return;
   const bool h = a.dtype == DType::f16;
+  if (mma) {
+    switch (a.inter_dtype()) {
+      case DType::f32: h ? launch_mma<__half, float>(p, mode, st, pdl) : launch_mma<__nv_bfloat16, float>(p, mode, st, pdl); break;
+      case DType::f16: h ? launch_mma<__half, __half>(p, mode, st, pdl) : launch_mma<__nv_bfloat16, __half>(p, mode, st, pdl); break;
+      case DType::bf16:
+        h ? launch_mma<__half, __nv_bfloat16>(p, mode, st, pdl) : launch_mma<__nv_bfloat16, __nv_bfloat16>(p, mode, st, pdl);
+        break;
+    }
+    return;
+  }
   switch (a.inter_dtype()) {
-    case DType::f32: h ? launch_typed<__half, float>(p, mode, a.num_slices, st)
-                       : launch_typed<__nv_bfloat16, float>(p, mode, a.num_slices, st); break;
-    case DType::f16: h ? launch_typed<__half, __half>(p, mode, a.num_slices, st)
-                       : launch_typed<__nv_bfloat16, __half>(p, mode, a.num_slices, st); break;
-    case DType::bf16: h ? launch_typed<__half, __nv_bfloat16>(p, mode, a.num_slices, st)
-                        : launch_typed<__nv_bfloat16, __nv_bfloat16>(p, mode, a.num_slices, st); break;
+    case DType::f32: h ? launch_typed<__half, float>(p, mode, a.num_slices, st, pdl)
+                       : launch_typed<__nv_bfloat16, float>(p, mode, a.num_slices, st, pdl); break;
+    case DType::f16: h ? launch_typed<__half, __half>(p, mode, a.num_slices, st, pdl)
+                       : launch_typed<__nv_bfloat16, __half>(p, mode, a.num_slices, st, pdl); break;
+    case DType::bf16: h ? launch_typed<__half, __nv_bfloat16>(p, mode, a.num_slices, st, pdl)
+                        : launch_typed<__nv_bfloat16, __nv_bfloat16>(p, mode, a.num_slices, st, pdl); break;
   }
 }
 
@@ -424,7 +981,7 @@ void launch_add_lora_fused_moe(const FusedMoeLoraArgs& a, cudaStream_t st) {
   if (!fused_use_split(a)) { run(a, kFused, st); return; }
   (void)make_params(a, kFused);  // the one-call form's argument rules
   run(a, kShrinkOnly, st, /*clear=*/false);
-  run(a, kExpandOnly, st);
+  run(a, kExpandOnly, st, /*clear=*/true, /*pdl=*/true);
 }
 void launch_fused_moe_lora_shrink(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kShrinkOnly, st); }
 void launch_fused_moe_lora_expand(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kExpandOnly, st); }

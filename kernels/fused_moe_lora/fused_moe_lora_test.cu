@@ -344,6 +344,15 @@ std::vector<MoeCase> tile_cases() {
   c.name = "few_w2_recompute"; c.add_inputs = true; c.offset = 3; c.w2 = true; c.S = 1; c.K = 8; c.N = 1031;
   c.ranks = {8, 5}; v.push_back(c);
   c.name = "many_N1031"; c.M = 700; c.w2 = false; c.S = 2; c.offset = 0; c.K = 64; c.ranks = {16, 8, 16}; v.push_back(c);
+  // The tensor-core kernels (heuristics.h): the mma shrink (>= 4 pairs per alignment block), the mma
+  // expand walking several column tiles per block, partial true ranks, NaN padding, scalar y rows.
+  c.name = "mma_prefill_w13"; c.M = 2000; c.E = 8; c.K = 136; c.N = 5128; c.ranks = {16, 9, 16, 0}; c.none_pct = 10;
+  v.push_back(c);
+  c.name = "mma_rank40_w2_nan_bs32"; c.M = 700; c.w2 = true; c.S = 1; c.ranks = {40, 33, 0}; c.N = 136; c.offset = 8;
+  c.add_inputs = false; c.nan_pad = true; c.shared_b = true; c.bs = 32; v.push_back(c);
+  c.name = "mma_r64_f16_bs64_scalar_y"; c.dtype = c.inter = DType::f16; c.M = 1500; c.k = 4; c.E = 16; c.w2 = false;
+  c.S = 2; c.ranks = {64, 48, 64}; c.K = 256; c.N = 1000; c.offset = 0; c.add_inputs = true; c.nan_pad = true;
+  c.shared_b = false; c.bs = 64; v.push_back(c);
   return v;
 }
 class FusedMoeLoraTiles : public ::testing::TestWithParam<MoeCase> {};

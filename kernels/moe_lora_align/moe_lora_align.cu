@@ -1,7 +1,8 @@
 // moe_lora_align_block_size on the device (SPEC §4.2): one block per entry of lora_ids; the block
 // counts its slot's pairs per expert in shared memory, pads and scans the counts (CUB BlockScan),
 // writes the sentinels and per-block experts, then scatters the pair ids with shared atomics
-// (order inside a group unspecified, as in vLLM's large-batch kernel).
+// (order inside a group unspecified, as in vLLM's large-batch kernel). Both passes walk tokens (a
+// thread per token: its slot read once, its k expert ids only when the slot matches).
 #include "kernels/moe_lora_align/moe_lora_align.h"
 
 #include <cub/block/block_scan.cuh>
@@ -14,8 +15,8 @@
 namespace punica::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kPerThread = (kMoeAlignMaxExperts + kThreads - 1) / kThreads;  // 4
+constexpr int kThreads = 512;  // one block per slot: the whole batch through one SM
+constexpr int kPerThread = (kMoeAlignMaxExperts + kThreads - 1) / kThreads;  // 2
 
 struct AlignParams {
   int64_t numel;
@@ -52,10 +53,13 @@ __global__ void __launch_bounds__(kThreads) moe_lora_align_kernel(AlignParams p)
   if (p.enabled && p.enabled[l] == 0) return;
   for (int e = threadIdx.x; e < p.E; e += kThreads) cnt[e] = 0;
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < p.numel; i += kThreads) {
-    if (p.map[i / p.top_k] != l) continue;
-    const int e = local_expert(p, i);
-    if (e >= 0 && e < p.E) atomicAdd(&cnt[e], 1);
+  const int64_t M = p.numel / p.top_k;
+  for (int64_t m = threadIdx.x; m < M; m += kThreads) {
+    if (p.map[m] != l) continue;
+    for (int j = 0; j < p.top_k; ++j) {
+      const int e = local_expert(p, m * p.top_k + j);
+      if (e >= 0 && e < p.E) atomicAdd(&cnt[e], 1);
+    }
   }
   __syncthreads();
   // Exclusive scan of the padded counts, kPerThread consecutive experts per thread.
@@ -101,12 +105,15 @@ __global__ void __launch_bounds__(kThreads) moe_lora_align_kernel(AlignParams p)
   // cnt becomes the fill cursor of each group.
   for (int e = threadIdx.x; e < p.E; e += kThreads) cnt[e] = 0;
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < p.numel; i += kThreads) {
-    if (p.map[i / p.top_k] != l) continue;
-    const int e = local_expert(p, i);
-    if (e < 0 || e >= p.E) continue;
-    const int at = cs[e] + atomicAdd(&cnt[e], 1);
-    if (at < p.P) sorted[at] = int32_t(i);  // P too small for the batch: never out of bounds
+  for (int64_t m = threadIdx.x; m < M; m += kThreads) {
+    if (p.map[m] != l) continue;
+    for (int j = 0; j < p.top_k; ++j) {
+      const int64_t i = m * p.top_k + j;
+      const int e = local_expert(p, i);
+      if (e < 0 || e >= p.E) continue;
+      const int at = cs[e] + atomicAdd(&cnt[e], 1);
+      if (at < p.P) sorted[at] = int32_t(i);  // P too small for the batch: never out of bounds
+    }
   }
 }
 

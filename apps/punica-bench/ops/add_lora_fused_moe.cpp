@@ -21,7 +21,8 @@ class FusedMoeProblem final : public MoeFusedProblem {
   std::string describe() const override { return "form=" + m_.describe(naive_); }
   std::string plan(const KernelChoice&) const override {
     return std::string("add_lora_fused_moe ") + (naive_ ? "naive" : "aligned bs=" + std::to_string(m_.k.cfg.block_size)) +
-           (m_.f.w2 ? " w2" : " w13") + " S=" + std::to_string(m_.f.S);
+           (m_.f.w2 ? " w2" : " w13") + " S=" + std::to_string(m_.f.S) + " " +
+           kernels::moe_heur::plan(args(nulls()), /*split=*/true).name();
   }
 };
 

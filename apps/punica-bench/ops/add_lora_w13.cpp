@@ -37,8 +37,11 @@ class W13Problem final : public Problem {
   bool naive_path() const { return kernels::moe_lora_w13_routing(args(nulls())).naive; }
   std::string describe() const override { return m_.describe(naive_path()) + " (vLLM's sparsity rule)"; }
   std::string plan(const KernelChoice&) const override {
-    return naive_path() ? std::string("add_lora_w13 naive (no alignment)")
-                        : "add_lora_w13 align+fused bs=" + std::to_string(m_.k.cfg.block_size);
+    kernels::FusedMoeLoraArgs op = args(nulls()).op;
+    op.routing = kernels::moe_lora_w13_routing(args(nulls()));
+    return (naive_path() ? std::string("add_lora_w13 naive (no alignment)")
+                         : "add_lora_w13 align+fused bs=" + std::to_string(m_.k.cfg.block_size)) +
+           " " + kernels::moe_heur::plan(op, /*split=*/true).name();
   }
   Work work() const override { return m_.work(); }
   Baseline baseline() const override { return m_.baseline(); }

@@ -19,7 +19,8 @@ class W2Problem final : public MoeFusedProblem {
   void run(Backend& be, const std::vector<void*>& p) override { run_add_lora_w2(be, args(p)); }
   std::string describe() const override { return m_.describe(naive_) + " (add_lora_w13's, vLLM's sparsity rule)"; }
   std::string plan(const KernelChoice&) const override {
-    return std::string("add_lora_w2 ") + (naive_ ? "naive" : "aligned bs=" + std::to_string(m_.k.cfg.block_size));
+    return std::string("add_lora_w2 ") + (naive_ ? "naive" : "aligned bs=" + std::to_string(m_.k.cfg.block_size)) +
+           " " + kernels::moe_heur::plan(args(nulls()), /*split=*/true).name();
   }
 };
 

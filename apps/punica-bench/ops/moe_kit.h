@@ -11,6 +11,7 @@
 #include <vector>
 #include "apps/punica-bench/ops/op_kit.h"
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
+#include "kernels/fused_moe_lora/heuristics.h"
 #include "kernels/moe_lora_align/moe_lora_align.h"
 #include "reference/moe_reference.h"
 

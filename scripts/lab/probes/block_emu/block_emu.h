@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#define PUNICA_BLOCK_EMU 1
 namespace emu {
 struct Dim { unsigned x = 1, y = 1, z = 1; };
 enum St { READY, WAIT_BLOCK, WAIT_WARP, DONE };
@@ -94,6 +95,41 @@ void launch(K kernel, dim3 grid, unsigned threads, size_t smem, const P& p) {
         }
       }
 }
+// mma.sync m16n8k16 (row.col, fp32 accumulate) of one warp: every lane posts its fragments, then
+// computes its own four outputs from the whole 16x16 A and 16x8 B (PTX ISA fragment layouts). All 32
+// lanes must call it, as on the GPU (a partial warp aborts).
+inline uint32_t mma_a[32][32][4], mma_b[32][32][2];
+template <class T> float mma_el(uint32_t v, int hi) {
+  T h[2];
+  std::memcpy(h, &v, 4);
+  return float(h[hi]);
+}
+template <class T> void mma16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  const int lin = fibers[cur].lin, w = lin / 32, l = lin % 32;
+  std::memcpy(mma_a[w][l], a, 16);
+  std::memcpy(mma_b[w][l], b, 8);
+  syncwarp();
+  auto A = [&](int r, int k) { return mma_el<T>(mma_a[w][(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k % 2); };
+  auto B = [&](int k, int n) { return mma_el<T>(mma_b[w][n * 4 + (k % 8) / 2][k / 8], k % 2); };
+  const int g = l / 4, t = l % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = 0.f;
+    for (int k = 0; k < 16; ++k) s += A(row, k) * B(k, col);
+    out[i] = c[i] + s;
+  }
+  syncwarp();
+  for (int i = 0; i < 4; ++i) c[i] = out[i];
+}
+}  // namespace emu
+// cuda_runtime.h's launch with attributes (PDL): the blocks run one after another anyway.
+template <class K, class P>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* c, K kernel, const P& p) {
+  ::emu::launch(kernel, c->gridDim, c->blockDim.x, c->dynamicSmemBytes, p);
+  return cudaSuccess;
+}
+namespace emu {
 inline cudaError_t memset_async(void* p, int v, size_t n, cudaStream_t) { std::memset(p, v, n); return cudaSuccess; }
 template <class F> cudaError_t func_set_attr(F, cudaFuncAttribute, int) { return cudaSuccess; }
 }  // namespace emu

@@ -130,6 +130,15 @@ int main(int argc, char** argv) {
     c.name = "tiles_decode"; c.none_pct = 0; c.M = 1; c.k = 2; c.E = 4; c.ranks = {24, 16}; c.K = 40; c.N = 777; c.w2 = false; c.S = 2; fused_case(c);
     c.name = "tiles_decode_naive"; c.naive = true; fused_case(c);
     c.name = "tiles_noadd_off"; c.naive = false; c.M = 9; c.add_inputs = false; c.offset = 5; c.N = 515; c.none_pct = 40; fused_case(c);
+    // the mma kernels: shrink (>= 4 pairs per alignment block), expand over 2 column tiles per block
+    c.name = "mma_tiles"; c.add_inputs = true; c.offset = 0; c.none_pct = 10; c.M = 300; c.k = 2; c.E = 8; c.bs = 16;
+    c.ranks = {16, 9, 16, 0}; c.K = 72; c.N = 5128; c.S = 2; fused_case(c);
+    // 4 alignment blocks per expand block (runs of >= 2 blocks: M k >= 32 (L+1) E)
+    c.name = "mma_group4"; c.M = 700; c.N = 264; c.ranks = {16, 9, 16, 0}; fused_case(c);
+    c.name = "mma_rank40_w2_nan"; c.w2 = true; c.S = 1; c.ranks = {40, 33, 0}; c.N = 136; c.offset = 8;
+    c.add_inputs = false; c.nan_pad = true; c.shared_b = true; fused_case(c);
+    c.nan_pad = false; c.shared_b = false;
+    c.w2 = false; c.S = 2; c.offset = 0; c.add_inputs = true;
     c.name = "tiles_fused_recompute"; c.add_inputs = true; c.offset = 0; c.K = 8; c.N = 1031; c.ranks = {8, 5}; fused_case(c);
   }
   for (int M : {100, 4096})  // vLLM's alignment matrix corners (SPEC §6.4)
