@@ -107,7 +107,9 @@ __device__ __forceinline__ void store_cols(TO* o, const float (&y)[kCols], int64
     }
     return;
   }
-  for (int q = 0; q < kCols && q < n; ++q) o[q] = from_f<TO>(y[q]);
+#pragma unroll
+  for (int q = 0; q < kCols; ++q)  // unrolled: y stays in registers
+    if (q < n) o[q] = from_f<TO>(y[q]);
 }
 
 // ---------------- pairs path ----------------
@@ -388,7 +390,9 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
             atomicAdd(reinterpret_cast<float4*>(dst), make_float4(y[0], y[1], y[2], y[3]));
             atomicAdd(reinterpret_cast<float4*>(dst + 4), make_float4(y[4], y[5], y[6], y[7]));
           } else {
-            for (int qq = 0; qq < kCols && col + qq < c.N; ++qq) atomicAdd(dst + qq, y[qq]);
+#pragma unroll
+            for (int qq = 0; qq < kCols; ++qq)
+              if (col + qq < c.N) atomicAdd(dst + qq, y[qq]);
           }
         } else {
           store_cols(static_cast<TO*>(g.out) + p * g.ld + int64_t(s) * c.N + col, y, c.N - col);

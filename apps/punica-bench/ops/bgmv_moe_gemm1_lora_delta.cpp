@@ -95,7 +95,7 @@ const RegisterOp kRegistered{moe_delta_spec<Gemm1Problem>(
       "bgmv_moe_gemm1_lora_delta", 140,
       "FlashInfer's FC1 MoE LoRA delta [T, k, 2I] = scale * B . round(A . x[token]) per routed slot (regular | "
       "shared_a), pointer tables",
-      {"moe_intermediate", "num_experts", "top_k", "shared_lora", "routing"}, {"shared_a", "out_dtype"})};
+      {"shared_a", "out_dtype"})};
 }  // namespace
 
 }  // namespace punica::bench

@@ -114,7 +114,7 @@ const RegisterOp kRegistered{moe_delta_spec<Gemm2Problem>(
       "bgmv_moe_gemm2_lora_delta", 150,
       "FlashInfer's FC2 MoE LoRA delta [T, H] = scale * sum_j w . B . round(A . act[perm]) over the token's "
       "slots, pointer tables",
-      {"moe_intermediate", "num_experts", "top_k", "shared_lora", "routing"}, {"out_dtype", "inactive_slot_fraction"})};
+      {"out_dtype", "inactive_slot_fraction"})};
 }  // namespace
 
 }  // namespace punica::bench

@@ -202,8 +202,9 @@ class DeltaProblem : public Problem {
 
 // The OpSpec of a delta entry: MoE sizes as the MoE ops (moe_require), 16-bit LoRA dtype.
 template <class P>
-OpSpec moe_delta_spec(const char* name, int order, const char* summary, const std::vector<std::string>& moe_names,
-                      const std::vector<std::string>& own) {
+OpSpec moe_delta_spec(const char* name, int order, const char* summary, const std::vector<std::string>& own) {
+  // The MoE fields both deltas take (sizes from the preset or given, stride-0 experts, routing).
+  const std::vector<std::string> moe_names = {"moe_intermediate", "num_experts", "top_k", "shared_lora", "routing"};
   OpSpec s = moe_spec<P>(name, order, summary, {}, -1);
   s.exclusive_fields = own;
   for (const auto& n : moe_names) s.exclusive_fields.push_back(n);
