@@ -35,10 +35,11 @@ constexpr int kThreads = 256;        // shrink and grouped blocks
 constexpr int kWarps = kThreads / 32;
 constexpr int kExpThreads = 128;     // pairs-path expand blocks
 constexpr int kCols = 8;             // output columns per expand thread (one 16-byte store of 16-bit)
-constexpr int kKC = 64;              // grouped shrink: K per shared-memory stage
+constexpr int kKCMax = 256;          // grouped shrink: K per shared-memory stage, at most (host picks kc)
 constexpr int kPad = 8;              // shared rows padded by 16 bytes: conflict-free fragment reads
 constexpr int kNT = 64;              // grouped expand: output columns per tile
 constexpr int kMaxTiles = 16;        // grouped shrink: mma tiles per warp (64 pairs x 256 columns)
+constexpr int kMaxPf = 8;            // grouped expand: 16-byte B pieces per thread (64 rows x 256 rank)
 
 struct Common {
   int64_t P;                 // pairs T*k
@@ -185,34 +186,66 @@ __global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, con
   if (c0 < W) store_cols(out + p * ld + c0, y, W - c0);
 }
 
-// gemm2 expand: blockIdx.x = token, blockIdx.y = column tile of H; the token's slots summed with
-// their routing weights in registers.
+// gemm2 expand: blockIdx.x = token, blockIdx.y = a tile of 32 x kCols = 256 columns of H. Warp w takes
+// the token's slots w, w + 8, ... (a decode step's k slots run side by side, not one after another),
+// each lane 8 columns (16-byte loads of their B rows, the slot's intermediate read as a broadcast);
+// the warps' sums meet in shared memory, routing-weighted, and one store per 8 columns writes the row.
+constexpr int kE2Cols = 32 * kCols;
 template <class T, class TO>
-__global__ void __launch_bounds__(kExpThreads) expand2_pairs_kernel(Common c, const T* u, const float* w, TO* out,
-                                                                     int64_t ld) {
-  extern __shared__ float us[];  // [rank_l] of one slot
+__global__ void __launch_bounds__(kThreads) expand2_pairs_kernel(Common c, const T* u, const float* w, TO* out,
+                                                                  int64_t ld) {
+  __shared__ __align__(16) float red[kWarps][kE2Cols];
   const int64_t t = blockIdx.x;
-  const int64_t c0 = (int64_t(blockIdx.y) * kExpThreads + threadIdx.x) * kCols;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t c0 = int64_t(blockIdx.y) * kE2Cols + lane * kCols;
   float y[kCols];
 #pragma unroll
   for (int q = 0; q < kCols; ++q) y[q] = 0.f;
-  for (int j = 0; j < c.top_k; ++j) {
+  for (int j = warp; j < c.top_k; j += kWarps) {
     const int64_t p = t * c.top_k + j;
     const int l = slot_of(c, p);
     if (l < 0) continue;
     const int r = rank_of(c, l);
-    if (r == 0) continue;
-    __syncthreads();  // the previous slot's reads of us are done
-    for (int i = threadIdx.x; i < r; i += kExpThreads) us[i] = to_f(u[p * c.R + i]);
-    __syncthreads();
-    const float wt = w[p];
     const T* B = wmat<T>(c.tb, c.topk[p], c.sb, l);
+    const T* up = u + p * c.R;
+    const float wt = w[p];
+    // rank-outer: the slot's 8 intermediate values loaded once for the lane's 8 B rows
+    float acc[kCols];
 #pragma unroll
-    for (int q = 0; q < kCols; ++q)
-      if (c0 + q < c.N) y[q] += wt * dot_b(us, B + (c0 + q) * c.R, r);
+    for (int q = 0; q < kCols; ++q) acc[q] = 0.f;
+    int k = 0;
+    if (al16(up) && al16(B + c0 * c.R) && c.R % 8 == 0)
+      for (; k + 8 <= r; k += 8) {
+        float uv[8];
+        elem::load_vec(up + k, uv);
+#pragma unroll
+        for (int q = 0; q < kCols; ++q)
+          if (c0 + q < c.N) {
+            float bv[8];
+            elem::load_vec(B + (c0 + q) * c.R + k, bv);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[q] += uv[e] * bv[e];
+          }
+      }
+    for (; k < r; ++k) {
+      const float uk = to_f(up[k]);
+#pragma unroll
+      for (int q = 0; q < kCols; ++q)
+        if (c0 + q < c.N) acc[q] += uk * to_f(__ldg(B + (c0 + q) * c.R + k));
+    }
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) y[q] += wt * acc[q];
   }
 #pragma unroll
-  for (int q = 0; q < kCols; ++q) y[q] *= c.scale;
+  for (int q = 0; q < kCols; ++q) red[warp][lane * kCols + q] = y[q];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int q = 0; q < kCols; ++q) {
+    float v = 0.f;
+    for (int ww = 0; ww < kWarps; ++ww) v += red[ww][lane * kCols + q];
+    y[q] = c.scale * v;
+  }
   if (c0 < c.N) store_cols(out + t * ld + c0, y, c.N - c0);
 }
 
@@ -229,24 +262,33 @@ struct Grouped {
   float* acc;            // gemm2: [T, N] fp32
   const float* w;        // gemm2: routing weights [T*k]
   int sr_max;            // S * round16(R): the shared-memory plan
+  int kc;                // K per shrink stage (64, 128 or 256: as many bytes in flight as 2 blocks per SM hold)
 };
 
 // Shared-memory elements of the grouped kernel's regions (host and device agree).
-__host__ __device__ constexpr int64_t g_x_elems(int bm) { return int64_t(bm) * (kKC + kPad); }
-__host__ __device__ constexpr int64_t g_a_elems(int sr_max, int S) {
-  return int64_t(sr_max) * (kKC + kPad) > int64_t(kNT) * (sr_max / S + kPad) ? int64_t(sr_max) * (kKC + kPad)
-                                                                              : int64_t(kNT) * (sr_max / S + kPad);
+__host__ __device__ constexpr int64_t g_x_elems(int bm, int kc) { return int64_t(bm) * (kc + kPad); }
+__host__ __device__ constexpr int64_t g_a_elems(int sr_max, int S, int kc) {
+  return int64_t(sr_max) * (kc + kPad) > int64_t(kNT) * (sr_max / S + kPad) ? int64_t(sr_max) * (kc + kPad)
+                                                                            : int64_t(kNT) * (sr_max / S + kPad);
 }
 __host__ __device__ constexpr int64_t g_u_elems(int bm, int sr_max) { return int64_t(bm) * (sr_max + kPad); }
 constexpr int kOLd = kNT + 4;  // fp32 staging row (16-byte aligned rows)
-inline std::size_t grouped_smem_bytes(int bm, int sr_max, int S, std::size_t tsize) {
-  return std::size_t(g_x_elems(bm) + g_a_elems(sr_max, S) + g_u_elems(bm, sr_max)) * tsize +
+inline std::size_t grouped_smem_bytes(int bm, int sr_max, int S, int kc, std::size_t tsize) {
+  return std::size_t(g_x_elems(bm, kc) + g_a_elems(sr_max, S, kc) + g_u_elems(bm, sr_max)) * tsize +
          std::size_t(bm) * kOLd * 4;
 }
+// The shrink's K stage: the widest of 256 / 128 / 64 whose tile keeps 2 blocks per SM (<= 110 KB of
+// shared memory), no wider than K rounded up to 64. The stages are synchronous: a wider stage puts
+// more bytes in flight per block (the shrink is latency-bound, its math negligible).
+inline int grouped_kc(int bm, int sr_max, int S, int64_t K, std::size_t tsize) {
+  int kc = kKCMax;
+  while (kc > 64 && (grouped_smem_bytes(bm, sr_max, S, kc, tsize) > (std::size_t(110) << 10) || kc / 2 >= K)) kc /= 2;
+  return kc;
+}
 
-// 8 elements from src (n valid, zero past them; zeros when src is null) into 16-byte aligned dst.
+// 8 elements from src (n valid, zero past them; zeros when src is null) as one 16-byte value.
 template <class T>
-__device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
+__device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
   uint4 v = make_uint4(0, 0, 0, 0);
   if (src && n > 0) {
     if (n >= 8 && al16(src)) {
@@ -256,7 +298,12 @@ __device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
       for (int q = 0; q < 8 && q < n; ++q) e[q] = src[q];
     }
   }
-  *reinterpret_cast<uint4*>(dst) = v;
+  return v;
+}
+// The same into 16-byte aligned shared memory.
+template <class T>
+__device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
+  *reinterpret_cast<uint4*>(dst) = load8(src, n);
 }
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
@@ -274,10 +321,11 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
   const int r = rank_of(c, l), rp = (r + 15) / 16 * 16, SR = c.S * rp;
   const int rp_max = g.sr_max / c.S;
   T* sX = reinterpret_cast<T*>(smem);
-  T* sA = sX + g_x_elems(bm);
-  T* sU = sA + g_a_elems(g.sr_max, c.S);
+  const int kc = g.kc;
+  T* sA = sX + g_x_elems(bm, kc);
+  T* sU = sA + g_a_elems(g.sr_max, c.S, kc);
   float* sO = reinterpret_cast<float*>(sU + g_u_elems(bm, g.sr_max));
-  const int ldx = kKC + kPad, ldu = g.sr_max + kPad, ldb = rp_max + kPad;
+  const int ldx = kc + kPad, ldu = g.sr_max + kPad, ldb = rp_max + kPad;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane >> 2, c4 = lane & 3;
   if (tid < bm) {
     const int32_t v = g.sorted[int64_t(l) * g.Pp + b * bm + tid];
@@ -295,21 +343,21 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
     float acc[kMaxTiles][4];
 #pragma unroll
     for (int i = 0; i < kMaxTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    for (int64_t k0 = 0; k0 < c.K && SR > 0; k0 += kKC) {
-      for (int i = tid; i < bm * 8; i += kThreads) {
-        const int m = i / 8, q = i % 8;
+    const int qn = kc / 8;  // 16-byte pieces per staged row
+    for (int64_t k0 = 0; k0 < c.K && SR > 0; k0 += kc) {
+      for (int i = tid; i < bm * qn; i += kThreads) {
+        const int m = i / qn, q = i % qn;
         const int64_t col = k0 + q * 8;
         stage8(sX + m * ldx + q * 8, xrow_sh[m] >= 0 ? X + xrow_sh[m] * c.K + col : nullptr, c.K - col);
       }
-      for (int i = tid; i < SR * 8; i += kThreads) {
-        const int ci = i / 8, q = i % 8, s = ci / rp, j = ci % rp;
+      for (int i = tid; i < SR * qn; i += kThreads) {
+        const int ci = i / qn, q = i % qn, s = ci / rp, j = ci % rp;
         const int64_t col = k0 + q * 8;
         stage8(sA + ci * ldx + q * 8, j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K + col : nullptr,
                c.K - col);
       }
       __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < kKC; kk += 16) {
+      for (int kk = 0; kk < kc; kk += 16) {
 #pragma unroll
         for (int i = 0; i < kMaxTiles; ++i) {
           const int t = warp + kWarps * i;
@@ -338,18 +386,39 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
     __syncthreads();
   }
 
-  // ---- expand: per slice, kNT-column tiles of Y[bm, N] = U_s[bm, rp] . B_s^T
+  // ---- expand: kNT-column tiles of Y[bm, N] = U_s[bm, rp] . B_s^T over every slice; the next tile's
+  // B rows are loaded into registers while this tile's mma, epilogue and stores run
   T* sB = sA;
-  const int etiles = MT * (kNT / 8);  // <= 32: 4 per warp
-  for (int s = 0; s < c.S; ++s) {
+  const int etiles = MT * (kNT / 8);          // <= 32: 4 per warp
+  const int chunks = rp / 8;                  // 16-byte pieces per B row (up to the padded true rank)
+  const int pieces = kNT * chunks;            // per tile: <= 64 x 32 = kMaxPf per thread
+  const int64_t per_slice = (c.N + kNT - 1) / kNT, ntiles = per_slice * c.S;
+  uint4 pf[kMaxPf];
+  auto fetch = [&](int64_t tile) {
+    const int s = int(tile / per_slice);
+    const int64_t n0 = (tile % per_slice) * kNT;
     const T* Bs = wmat<T>(c.tb, s * c.E + e, c.sb, l);
-    for (int64_t n0 = 0; n0 < c.N; n0 += kNT) {
-      const int chunks = rp / 8;
-      for (int i = tid; i < kNT * chunks; i += kThreads) {
+#pragma unroll
+    for (int q = 0; q < kMaxPf; ++q) {
+      const int i = tid + q * kThreads;
+      if (i < pieces) {
         const int n = i / chunks, j0 = (i % chunks) * 8;
-        stage8(sB + n * ldb + j0, n0 + n < c.N ? Bs + (n0 + n) * c.R + j0 : nullptr, r - j0);
+        pf[q] = load8(n0 + n < c.N ? Bs + (n0 + n) * c.R + j0 : nullptr, r - j0);
       }
-      __syncthreads();
+    }
+  };
+  fetch(0);
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    const int s = int(tile / per_slice);
+    const int64_t n0 = (tile % per_slice) * kNT;
+#pragma unroll
+    for (int q = 0; q < kMaxPf; ++q) {
+      const int i = tid + q * kThreads;
+      if (i < pieces) *reinterpret_cast<uint4*>(sB + (i / chunks) * ldb + (i % chunks) * 8) = pf[q];
+    }
+    __syncthreads();
+    if (tile + 1 < ntiles) fetch(tile + 1);
+    {
       float acc[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -479,7 +548,8 @@ void launch_grouped(const Grouped& g, int64_t T_tokens, int k, cudaStream_t st, 
   gg.sorted = al.sorted_token_ids;
   gg.eids = al.expert_ids;
   gg.ntpp = al.num_tokens_post_pad;
-  const std::size_t smem = grouped_smem_bytes(g.bm, g.sr_max, g.c.S, sizeof(T));
+  gg.kc = grouped_kc(g.bm, g.sr_max, g.c.S, g.c.K, sizeof(T));
+  const std::size_t smem = grouped_smem_bytes(g.bm, g.sr_max, g.c.S, gg.kc, sizeof(T));
   PUNICA_CUDA_CHECK(cudaFuncSetAttribute(grouped_kernel<T, TO, G2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   grouped_kernel<T, TO, G2><<<dim3(unsigned(lay.Q), unsigned(g.c.L)), kThreads, smem, st>>>(gg);
   PUNICA_CUDA_CHECK_LAUNCH();
@@ -577,12 +647,11 @@ void launch_bgmv_moe_gemm2_lora_delta(const BgmvMoeGemm2Args& a, cudaStream_t st
     using TO = decltype(to);
     {
       TO* out = static_cast<TO*>(a.out);
-      const unsigned tiles = unsigned(ceil_div(c.N, int64_t(kExpThreads) * kCols));
       if (plan.path == BgmvMoePath::pairs) {
         T* u = static_cast<T*>(a.workspace);
         launch_shrink_pairs<T>(c, u, st);
-        expand2_pairs_kernel<T, TO><<<dim3(unsigned(a.num_tokens), tiles), kExpThreads, std::size_t(c.R) * 4, st>>>(
-            c, u, a.topk_weights, out, ld);
+        const unsigned tiles = unsigned(ceil_div(c.N, kE2Cols));
+        expand2_pairs_kernel<T, TO><<<dim3(unsigned(a.num_tokens), tiles), kThreads, 0, st>>>(c, u, a.topk_weights, out, ld);
         PUNICA_CUDA_CHECK_LAUNCH();
         return;
       }

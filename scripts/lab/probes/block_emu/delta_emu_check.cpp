@@ -93,6 +93,17 @@ int main() {
     b32.ranks = {32, 9};
     gemm1(b32);
     gemm2(b32);
+    DeltaCase kst = mk(48, 2, 300, 40, 4, 2, 16, kGrouped);  // K stages of 256 (r 16) and 128 (r 64), partial last
+    kst.ranks = {16, 3}; kst.nan_pad = true; kst.odd_ids = true;
+    gemm1(kst);
+    kst.rank = 64; kst.ranks = {64, 50};
+    gemm1(kst);
+    DeltaCase kst2 = mk(48, 2, 40, 300, 4, 2, 64, kGrouped);
+    kst2.inactive = 0.2;
+    gemm2(kst2);
+    DeltaCase many = mk(3, 10, 40, 24, 12, 2, 16, kPairs);  // 10 slots over the expand's 8 warps
+    many.nan_pad = true; many.odd_ids = true;
+    gemm2(many);
     DeltaCase wide = mk(16, 2, 40, 24, 4, 2, 300, kPairs);  // S x 304 > 256: pairs; 8 rank rows per block
     wide.ranks = {300, 17}; wide.nan_pad = true;
     gemm1(wide);
