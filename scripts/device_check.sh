@@ -8,7 +8,7 @@
 # full  : the full vLLM kernel grid checked (--sample-rows, 12 parallel shards -> check_vllm_grid.tgz),
 #         the model-shaped scenarios timed.
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), result JSON.
-# moe_delta: bench_moe_delta.json timed (FlashInfer's MoE LoRA deltas, result JSON).
+# moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
@@ -81,7 +81,11 @@ case "$PROFILE" in
     ;;
   moe_delta)
     # issue 45: FlashInfer's MoE LoRA deltas on the MoE presets, decode and prefill, timed
-    step bench_moe_delta $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 64 -o "$OUT/bench_moe_delta.json" --overwrite scenarios/bench_moe_delta.json
+    # (decode and prefill apart: each step has its own time cap and result file)
+    step bench_moe_delta_decode $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 64 -f '/num_requests=(1|4|16|64)/' \
+      -o "$OUT/bench_moe_delta_decode.json" --overwrite scenarios/bench_moe_delta.json
+    step bench_moe_delta_prefill $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 64 -f '/num_requests=(512|4096)/' \
+      -o "$OUT/bench_moe_delta_prefill.json" --overwrite scenarios/bench_moe_delta.json
     ;;
   bench)
     step bench_lora_ops $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 128 -o "$OUT/bench_lora_ops.json" --overwrite scenarios/bench_lora_ops.json
