@@ -7,7 +7,7 @@
 # bench : the whole bench_lora_ops.json timed (result JSON).
 # full  : the full vLLM kernel grid checked (--sample-rows, 12 parallel shards -> check_vllm_grid.tgz),
 #         the model-shaped scenarios timed.
-# layers: mpirun -np <GPUs> over the layer scenarios (NCCL), result JSON.
+# layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
 # moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
@@ -146,6 +146,18 @@ case "$PROFILE" in
       fi
       step layers_llama_$ph $MPI $PB run --backend cuda --sample-rows 16 --iters 20 -f "$F" \
         -o "$OUT/layers_llama_${ph}_np$NGPU.json" --overwrite scenarios/layers_llama.json
+    done
+    # The MoE LoRA layer (issue 46): its CI scenario checked (tp <= GPUs, NaN padding), then the model
+    # presets (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite) timed at tp <= GPUs, prefill T = 4096 and
+    # decode T = 64 each its own step; MOE_LAYERS_FILTER narrows them (e.g. 'mixtral').
+    step moe_layer_ci $MPI $PB check --backend cuda -q --nan-padding -f "/tp=(${TPS})/" scenarios/ci_moe_layer.json
+    # its new kernels (kernels/moe_base) and the layer's buffers under memcheck, tp 1 cases (seconds)
+    step moe_layer_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 $PB check --backend cuda -q \
+      -f '/tp=1/' scenarios/ci_moe_layer.json
+    for ph in prefill decode; do
+      F="^${ph}_.*${MOE_LAYERS_FILTER:-}.*/tp=(${TPS})/"
+      step moe_layers_$ph $MPI $PB run --backend cuda --sample-rows 16 --iters 20 -f "$F" \
+        -o "$OUT/moe_layers_${ph}_np$NGPU.json" --overwrite scenarios/moe_layers.json
     done
     ;;
   *) echo "unknown profile $PROFILE" >&2; exit 2 ;;

@@ -39,6 +39,9 @@ struct TimingResult {
 };
 struct BaselineResult {  // negative = unavailable
   double cublas_us = -1, cublas_grouped_us = -1, copy_us = -1, copy_batch_us = -1;
+  // cublas_grouped_us = the faster of one grouped-batched call per Grouped entry and per-group GEMMs
+  // in one CUDA graph
+  double cublas_grouped_batched_us = -1, cublas_gemm_graph_us = -1;
   bool launches_held = false;
 };
 struct CommResult {
@@ -58,6 +61,9 @@ struct CaseResult {
   };
   std::optional<Work> work;
   double floor_us = 0;
+  // Layers with base GEMMs (fused_moe): their FLOPs over timing.base_gemms_us, and that rate over
+  // run.ceilings.gemm_bf16_tflops (-1 = not measured).
+  double base_gemm_tflops = -1, base_gemm_rate_fraction = -1;
   std::optional<TimingResult> timing;
   std::optional<BaselineResult> baseline;
   std::vector<CommResult> comm;

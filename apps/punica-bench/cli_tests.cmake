@@ -86,15 +86,15 @@ set_tests_properties(cli_results_roundtrip PROPERTIES LABELS cli TIMEOUT 300)
 # name (2), and the committed H200 bench and layer results (parse and evaluate; by token count too).
 add_test(NAME cli_targets COMMAND bash -c "
   set -e; rm -f ${TMPD}/t.json
-  ${EXPECT} 0 'targets met in 5 of 7' -- ${PB} targets ${TD}/targets_sample.json
-  ${EXPECT} 3 'missed back_to_back  s/lora_expand/x=1: 30.00 us > 27.00 us' -- ${PB} targets --strict --list-missed ${TD}/targets_sample.json
-  ${PB} targets -t cold --json ${TMPD}/t.json ${TD}/targets_sample.json > /dev/null
+  ${EXPECT} 0 'targets met in 4 of 5' -- ${PB} targets ${TD}/targets_sample.json
+  ${EXPECT} 3 'missed dense_prefill  s/lora_expand/x=1: copy fraction 0.500 < 0.750' -- ${PB} targets --strict --list-missed ${TD}/targets_sample.json
+  ${PB} targets -t dense_prefill --json ${TMPD}/t.json ${TD}/targets_sample.json > /dev/null
   grep -q 'punica-bench.targets/1' ${TMPD}/t.json
   ${EXPECT} 2 'already exists' -- ${PB} targets --json ${TMPD}/t.json ${TD}/targets_sample.json
   ${EXPECT} 2 'schema' -- ${PB} targets ${SC}/smoke.json
   ${EXPECT} 2 'not in' -- ${PB} targets -t nope ${TD}/targets_sample.json
   ${EXPECT} 0 'decode_gather' -- ${PB} targets ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json ${CMAKE_SOURCE_DIR}/results/h200x2/layers_llama_decode_np2.json
-  ${EXPECT} 0 'cold +lora_shrink T=8192 +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+-[0-9.]+' -- ${PB} targets --by-tokens -t cold ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json
+  ${EXPECT} 0 'dense_prefill +lora_shrink T=8192 +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+-[0-9.]+' -- ${PB} targets --by-tokens -t dense_prefill ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json
   ${EXPECT} 0 'moe_vs_cublas +add_lora_w13' -- ${PB} targets -t moe_vs_cublas ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_t1_512.json ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_t4096.json
 ")
 set_tests_properties(cli_targets PROPERTIES LABELS cli TIMEOUT 120)
@@ -168,6 +168,32 @@ if(MPIEXEC_BIN)
   # (the layer reference computes only the sampled rows; -1 rows keep their base output).
   pb_test(mpi_check_ci_layers_nan_padding_sample_rows_np4 ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
           ${MPIRUN} -np 4 ${PB} check --backend cpu -q --nan-padding --sample-rows 5 -f tiny_decode ${SC}/ci_layers.json ${SC}/ci_layers_edge.json)
+endif()
+
+# The MoE LoRA layer (issue 46, layer fused_moe): ci_moe_layer.json (TP plain and fully sharded, EP
+# with and without the rank-local token subset, 3-D and non-gated w13, shared LoRA) in one process,
+# then mpirun -np 2/4 (a few seconds each on 2 cores), with NaN padding and --sample-rows, and a
+# timed run whose result has the layer fields. Each --inject-fault RANK:moe_* sharding bug fails the
+# check (exit 1) on the cases it breaks.
+pb_test(cli_check_ci_moe_layer_cpu ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" -- ${PB} check --backend cpu -q ${SC}/ci_moe_layer.json)
+if(MPIEXEC_BIN)
+  foreach(np 2 4)
+    pb_test(mpi_check_ci_moe_layer_np${np} ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
+            ${MPIRUN} -np ${np} ${PB} check --backend cpu -q ${SC}/ci_moe_layer.json)
+  endforeach()
+  pb_test(mpi_check_ci_moe_layer_nan_padding_sample_rows_np4 ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
+          ${MPIRUN} -np 4 ${PB} check --backend cpu -q --nan-padding --sample-rows 5 ${SC}/ci_moe_layer.json)
+  pb_test(mpi_run_ci_moe_layer_np2 sh -c "\"$@\" && grep -q '\"lora_overhead_pct\"' \"$0\" && grep -q '\"base_gemm_tflops\"' \"$0\" && grep -q '\"algbw_gb_per_s\"' \"$0\" && echo moe-layer-fields-ok"
+          ${TMPD}/moe_layer_np2.json ${MPIRUN} -np 2 ${PB} run --backend cpu -q --iters 2 --warmup 1 -f "^(tp|ep)/"
+          -o ${TMPD}/moe_layer_np2.json --overwrite ${SC}/ci_moe_layer.json)
+  foreach(fault "1:moe_expert_map;^ep/" "1:moe_w2_weight_twice;^tp/" "0:moe_w2_lora_unweighted;^tp/"
+                "1:moe_gather_order;fully_sharded=1" "1:moe_w2_offset;fully_sharded=1" "1:moe_b_slice;^tp/.*fully_sharded=0")
+    list(GET fault 0 spec)
+    list(GET fault 1 filter)
+    string(REGEX REPLACE "^[0-9]+:" "" kind ${spec})
+    pb_test(mpi_fault_${kind}_np2 ${EXPECT} 1 "fail [1-9][0-9]*, skip [0-9]+, error 0" --
+            ${MPIRUN} -np 2 ${PB} check --backend cpu -q --inject-fault ${spec} -f ${filter} ${SC}/ci_moe_layer.json)
+  endforeach()
 endif()
 
 # Issue 43: limits checked before any work, option ranges, messages, compare, exports.

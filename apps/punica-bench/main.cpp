@@ -130,7 +130,7 @@ void add_common(CLI::App* sc, CommonOpts& o, bool running) {
                      "tiles, so auto can beat every named kind); one that cannot take a shape falls back to a more "
                      "general one; repeatable")
       ->allow_extra_args(false);
-  sc->add_option("--inject-fault", o.inject_fault, "Test only: RANK:throw|hang")->group("");
+  sc->add_option("--inject-fault", o.inject_fault, "Test only: RANK:throw|hang|moe_<fault> (the MoE layer's sharding bugs, README)")->group("");
 }
 
 int cmd_list(const CommonOpts& o) {

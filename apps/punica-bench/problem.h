@@ -54,6 +54,7 @@ struct Work {
   double bytes = 0;   // bytes that must move (DESIGN §7 formulas, true ranks, active adapters)
   double flops = 0;
   int64_t tokens = 0;
+  double base_gemm_flops = 0;  // layers: the base GEMMs' FLOPs (the MoE layer's GEMM-rate fraction)
 };
 
 // cuBLAS doing the same work as the op (README, Baselines): an accumulating op's GEMMs accumulate
@@ -134,6 +135,7 @@ class Problem {
 struct ProblemOptions {
   bool nan_padding = false;  // fill A/B beyond each adapter's true rank with NaN (proves work ∝ rank)
   bool exact = false;        // small-integer inputs: any mismatch is a real bug
+  std::string fault;         // test only: a sharding bug this rank's layer plants (--inject-fault RANK:moe_*)
 };
 
 // The registry entry of c.op makes the problem (registry.h).

@@ -106,6 +106,9 @@ nlohmann::json case_record(const CaseResult& r) {
     const BaselineResult& b = *r.baseline;
     rec["baseline"] = {{"cublas_us", num_or_null(b.cublas_us, b.cublas_us >= 0)},
                        {"cublas_grouped_us", num_or_null(b.cublas_grouped_us, b.cublas_grouped_us >= 0)},
+                       {"cublas_grouped_batched_us",
+                        num_or_null(b.cublas_grouped_batched_us, b.cublas_grouped_batched_us >= 0)},
+                       {"cublas_gemm_graph_us", num_or_null(b.cublas_gemm_graph_us, b.cublas_gemm_graph_us >= 0)},
                        {"copy_us", num_or_null(b.copy_us, b.copy_us >= 0)},
                        {"copy_batch_us", num_or_null(b.copy_batch_us, b.copy_batch_us >= 0)},
                        {"launches_held", b.launches_held}};
@@ -118,6 +121,8 @@ nlohmann::json case_record(const CaseResult& r) {
   }
   if (layer) {
     tj["layer_us"] = s.median;
+    if (r.base_gemm_tflops >= 0) m["base_gemm_tflops"] = r.base_gemm_tflops;
+    if (r.base_gemm_rate_fraction >= 0) m["base_gemm_rate_fraction"] = r.base_gemm_rate_fraction;
     if (part_us.count("base")) {
       const double base = part_us["base"];
       m["lora_overhead_pct"] = base > 0 ? 100.0 * (s.median - base) / base : 0.0;

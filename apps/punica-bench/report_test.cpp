@@ -202,3 +202,31 @@ TEST(Npy, HeaderIsNumpyFormat1) {
   EXPECT_EQ(s.size(), 10u + hl + 24u);
   fs::remove(p);
 }
+
+// The baseline block carries both ways the grouped GEMMs are timed, and the speedup uses the
+// faster one (cublas_grouped_us, which the runner sets to the smaller of the two).
+TEST(CaseRecord, GroupedBaselineBothWaysAndTheFaster) {
+  Case c;
+  c.id = "n/add_lora_w13/x=1";
+  c.name = "n";
+  c.op = "add_lora_w13";
+  CaseResult r;
+  r.c = &c;
+  r.status = "pass";
+  TimingResult t;
+  t.time.median = 10;
+  r.timing = t;
+  BaselineResult b;
+  b.cublas_grouped_batched_us = 30;
+  b.cublas_gemm_graph_us = 20;
+  b.cublas_grouped_us = 20;
+  r.baseline = b;
+  const nlohmann::json j = case_record(r);
+  EXPECT_DOUBLE_EQ(j["baseline"]["cublas_grouped_batched_us"].get<double>(), 30);
+  EXPECT_DOUBLE_EQ(j["baseline"]["cublas_gemm_graph_us"].get<double>(), 20);
+  EXPECT_DOUBLE_EQ(j["metrics"]["speedup_vs_cublas_grouped"].get<double>(), 2);
+  EXPECT_TRUE(j["baseline"]["cublas_us"].is_null());
+  b.cublas_gemm_graph_us = -1;  // unavailable: null, not -1
+  r.baseline = b;
+  EXPECT_TRUE(case_record(r)["baseline"]["cublas_gemm_graph_us"].is_null());
+}

@@ -2,11 +2,14 @@
 // result documents (punica-bench.result/1) as the issues define them, so that a dashboard or a
 // closing note reads them from one command instead of recomputing them by hand.
 //
-// Op cases (lora_shrink, lora_expand, add_lora_linear; status pass, timed):
-//   cold          metrics.floor_fraction >= 0.80 for every case with work.floor_us >= 10;
-//   back_to_back  timing.batch_time_us <= run.ceilings.graph_node_us + 1.5 + work.floor_us / 0.8;
-//   (cold and back_to_back also say, where the results hold baseline.copy_us / copy_batch_us, in how
-//   many cases a device copy of the case's floor bytes, timed alike, meets the same bound)
+// Op cases (lora_shrink, lora_expand, add_lora_linear; status pass, timed; issue 47's targets, which
+// replaced issue 3's floor fractions):
+//   dense_prefill       work.floor_us >= 10: metrics.copy_fraction >= 0.75, or, where the FLOP term
+//                       (work.flops over run.ceilings.gemm_bf16_tflops) exceeds the floor, that term
+//                       over the cold median >= 0.7;
+//   dense_decode        work.floor_us < 10: metrics.copy_batch_fraction >= 0.5;
+//   one_adapter_expand  lora_expand with one slice and one adapter (params.num_slices, num_adapters):
+//                       cold median <= 1.03 x baseline.cublas_us (cuBLAS's accumulating GEMM);
 //   linear_chain  add_lora_linear faster than lora_shrink + lora_expand of the same shape (the case
 //                 id with its op segment removed), cold (timing.time_us.median) and back to back.
 // Layer cases (op "layer"; status pass, timed):
@@ -27,6 +30,10 @@
 //                  gemm2's grouped path) + 2 us + floor / 0.7;
 //   moe_vs_cublas  the fused ops faster cold than their cuBLAS grouped baseline
 //                  (metrics.speedup_vs_cublas_grouped > 1).
+// MoE layer cases (layer fused_moe; issue 46):
+//   moe_layer_overhead  Mixtral-8x7B, T = 4096, 4 adapters of rank 16, tp 1, plain: LoRA overhead over
+//                       the base MoE layer (metrics.lora_overhead_pct) <= 15%, counted only where the
+//                       expert GEMMs run at >= 0.5 of the GEMM rate (metrics.base_gemm_rate_fraction).
 #pragma once
 #include <string>
 #include <vector>
@@ -35,15 +42,11 @@
 namespace punica::bench {
 
 struct TargetRow {
-  std::string name;    // cold, back_to_back, linear_chain_cold, linear_chain_batch, prefill_floor, ...
+  std::string name;    // dense_prefill, dense_decode, one_adapter_expand, linear_chain_cold, ...
   std::string group;   // op, or module/tp for the layer targets
   int cases = 0, met = 0;
-  double median = -1;  // median of the measured value (cold: floor fraction), -1 when not meaningful
+  double median = -1;  // median of the measured value (dense_prefill: copy fraction), -1 when not meaningful
   double lo = -1, hi = -1;  // the smallest and largest measured value (with the median; -1 alike)
-  // cold and back_to_back: of the cases with a copy baseline (baseline.copy_us / copy_batch_us, a
-  // device copy of the case's floor bytes), how many a copy itself meets the bound in, and how many
-  // of those the kernel misses: the misses that are not the bytes' own cost at that size
-  int copy_cases = 0, copy_met = 0, copy_met_kernel_missed = 0;
   std::vector<std::string> missed;  // "id: value vs bound"
 };
 

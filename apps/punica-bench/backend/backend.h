@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include "kernels/common/dtype.h"
 #include "kernels/common/error.h"
+#include "kernels/moe_base/moe_base.h"
 #include "apps/punica-bench/backend/kernel_choice.h"
 
 namespace punica::bench {
@@ -77,6 +78,17 @@ class Backend {
                                 int64_t num_tokens, int64_t dim, int64_t vocab_begin, int64_t vocab_end,
                                 int64_t ldy) = 0;
 
+  // The MoE layer's base experts (SPEC §4.1; kernels/moe_base/moe_base.h on CUDA): a row gather
+  // dst[i] = idx[i] < 0 ? 0 : round(scale[i] * src[idx[i]]) (scale null = a copy), act_and_mul,
+  // moe_sum, and the expert GEMMs of one step as one call (entries with m = 0 are skipped): one GEMM
+  // per entry, or with `ptr_table` (device memory of 3 pointers per entry) one cuBLAS grouped GEMM.
+  virtual void gather_rows(void* dst, const void* src, const int32_t* idx, const float* scale, kernels::DType dt,
+                           int64_t rows, int64_t cols, int64_t ld_dst, int64_t ld_src) = 0;
+  virtual void moe_activation(void* out, const void* in, kernels::DType dt, int64_t rows, int64_t inter,
+                              kernels::MoeAct act) = 0;
+  virtual void moe_sum(void* out, const void* in, kernels::DType dt, int64_t tokens, int top_k, int64_t cols) = 0;
+  virtual void grouped_linear(const std::vector<LinearArgs>& gemms, void* ptr_table) = 0;
+
   // ---- collectives inside the TP group (consecutive ranks of size tp) ----
   // fp32 all-gather along the leading dim: out = [tp][count] in rank order.
   virtual void all_gather_f32(const float* in, float* out, std::size_t count, int tp) = 0;
@@ -105,8 +117,12 @@ class Backend {
   // accumulate: y = x W^T + y (beta = 1, y read and written), as an accumulating op does.
   virtual double baseline_gemm_us(kernels::DType dt, int64_t m, int64_t n, int64_t k, int iters, bool accumulate) = 0;
   struct Group { int64_t m, n, k; };
-  virtual double baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups, int iters,
-                                          bool accumulate) = 0;
+  // One set of per-group GEMMs (y_g = x_g W_g^T (+ y_g)) over inputs permuted beforehand, timed two
+  // ways (issue 44): one cublasGemmGroupedBatchedEx call, and one cublasGemmEx per group captured
+  // in one CUDA graph (a launch of the graph per call). Negative = unavailable.
+  struct GroupedTimes { double batched_us = -1, graph_us = -1; };
+  virtual GroupedTimes baseline_grouped_gemm_us(kernels::DType dt, const std::vector<Group>& groups, int iters,
+                                                bool accumulate) = 0;
   // The speed of light of a case's own size: a device-to-device copy that moves `bytes` in all
   // (bytes / 2 read, bytes / 2 written), timed as the case is: cold (median of `iters`, each copy on
   // a region that the others have pushed out of L2) and back to back (`calls` copies in one CUDA

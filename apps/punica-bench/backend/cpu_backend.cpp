@@ -3,6 +3,7 @@
 // pipeline, the TP slicing and the collectives on a machine without a GPU.
 #include <Eigen/Dense>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -88,6 +89,47 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void gather_rows(void* dst, const void* src, const int32_t* idx, const float* scale, DType dt, int64_t rows,
+                   int64_t cols, int64_t ld_dst, int64_t ld_src) override {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t s = idx[i];
+      for (int64_t c = 0; c < cols; ++c) {
+        float v = s < 0 ? 0.f : kernels::load_elem(src, dt, std::size_t(s * ld_src + c));
+        if (s >= 0 && scale) v *= scale[i];
+        kernels::store_elem(dst, dt, std::size_t(i * ld_dst + c), v);
+      }
+    }
+  }
+  void moe_activation(void* out, const void* in, DType dt, int64_t rows, int64_t inter, kernels::MoeAct act) override {
+    const int64_t ld = act == kernels::MoeAct::silu ? inter : 2 * inter;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < inter; ++c) {
+        float g, u = 1.f;
+        if (act == kernels::MoeAct::gated_halves) {
+          g = kernels::load_elem(in, dt, std::size_t(i * ld + c));
+          u = kernels::load_elem(in, dt, std::size_t(i * ld + inter + c));
+        } else if (act == kernels::MoeAct::gated_interleaved) {
+          g = kernels::load_elem(in, dt, std::size_t(i * ld + 2 * c));
+          u = kernels::load_elem(in, dt, std::size_t(i * ld + 2 * c + 1));
+        } else {
+          g = kernels::load_elem(in, dt, std::size_t(i * ld + c));
+        }
+        kernels::store_elem(out, dt, std::size_t(i * inter + c), g / (1.f + std::exp(-g)) * u);
+      }
+  }
+  void moe_sum(void* out, const void* in, DType dt, int64_t tokens, int top_k, int64_t cols) override {
+    for (int64_t m = 0; m < tokens; ++m)
+      for (int64_t c = 0; c < cols; ++c) {
+        float acc = 0.f;
+        for (int j = 0; j < top_k; ++j) acc += kernels::load_elem(in, dt, std::size_t((m * top_k + j) * cols + c));
+        kernels::store_elem(out, dt, std::size_t(m * cols + c), acc);
+      }
+  }
+  void grouped_linear(const std::vector<LinearArgs>& gemms, void*) override {
+    for (const auto& g : gemms)
+      if (g.m > 0 && g.n > 0) base_linear(g);
+  }
+
   void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {
     if (tp == 1) { std::memcpy(out, in, count * 4); return; }
     need_dist(tp).group_all_gather_f32(in, out, count, tp);
@@ -142,7 +184,7 @@ class CpuBackend final : public Backend {
     return c;
   }
   double baseline_gemm_us(DType, int64_t, int64_t, int64_t, int, bool) override { return -1; }
-  double baseline_grouped_gemm_us(DType, const std::vector<Group>&, int, bool) override { return -1; }
+  GroupedTimes baseline_grouped_gemm_us(DType, const std::vector<Group>&, int, bool) override { return {}; }
 
  private:
   const Dist& need_dist(int tp) const {

@@ -205,6 +205,54 @@ class CudaBackend final : public Backend {
     kernels::launch_embedding_lookup(y, table, ids, dt, T, dim, begin, end, ldy, stream_);
   }
 
+  void gather_rows(void* dst, const void* src, const int32_t* idx, const float* scale, DType dt, int64_t rows,
+                   int64_t cols, int64_t ld_dst, int64_t ld_src) override {
+    kernels::launch_moe_gather_rows(dst, src, idx, scale, dt, rows, cols, ld_dst, ld_src, stream_);
+  }
+  void moe_activation(void* out, const void* in, DType dt, int64_t rows, int64_t inter, kernels::MoeAct act) override {
+    kernels::launch_moe_activation(out, in, dt, rows, inter, act, stream_);
+  }
+  void moe_sum(void* out, const void* in, DType dt, int64_t tokens, int top_k, int64_t cols) override {
+    kernels::launch_moe_sum(out, in, dt, tokens, top_k, cols, stream_);
+  }
+  // Without a table: one cublasGemmEx per entry (host group sizes, no device pointer table). With one:
+  // a kernel writes the A/B/C pointers into it (parameters, no host copy: graph capturable) and one
+  // cublasGemmGroupedBatchedEx runs every entry (group sizes 1, as the grouped baseline).
+  void grouped_linear(const std::vector<LinearArgs>& gemms, void* ptr_table) override {
+    std::vector<const LinearArgs*> g;
+    for (const auto& a : gemms)
+      if (a.m > 0 && a.n > 0) g.push_back(&a);
+    const int G = int(g.size());
+    if (!ptr_table || G == 0 || 3 * G > kernels::kMoePtrPackMax) {
+      for (const auto* a : g) base_linear(*a);
+      return;
+    }
+    kernels::MoePtrPack pk;
+    pk.n = 3 * G;
+    std::vector<int> ms(G), ns(G), ks(G), lda(G), ldb(G), ldc(G), gs(G, 1);
+    std::vector<float> alpha(G, 1.f), beta(G);
+    std::vector<cublasOperation_t> ta(G, CUBLAS_OP_T), tb(G, CUBLAS_OP_N);
+    const DType dt = g[0]->dtype;
+    for (int i = 0; i < G; ++i) {
+      const LinearArgs& a = *g[i];
+      PUNICA_REQUIRE(a.dtype == dt && a.bias == nullptr, ErrorKind::runtime,
+                     "CudaBackend::grouped_linear: mixed dtypes or a bias");
+      // row-major y[m,n] = x[m,k] W[n,k]^T as base_linear: column-major C[n,m] = W^T' x
+      ms[i] = int(a.n); ns[i] = int(a.m); ks[i] = int(a.k);
+      lda[i] = int(a.k); ldb[i] = int(a.k); ldc[i] = int(a.ldy);
+      beta[i] = a.accumulate ? 1.f : 0.f;
+      pk.p[i] = a.w;
+      pk.p[G + i] = a.x;
+      pk.p[2 * G + i] = a.y;
+    }
+    auto** table = static_cast<void**>(ptr_table);
+    kernels::launch_moe_write_pointers(table, pk, stream_);
+    PUNICA_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+        cublas_, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alpha.data(), (const void* const*)table,
+        cuda_type(dt), lda.data(), (const void* const*)(table + G), cuda_type(dt), ldb.data(), beta.data(),
+        (void* const*)(table + 2 * G), cuda_type(dt), ldc.data(), G, gs.data(), CUBLAS_COMPUTE_32F));
+  }
+
   void all_gather_f32(const float* in, float* out, std::size_t count, int tp) override {
     if (tp == 1) { copy(out, in, count * 4); return; }
     PUNICA_NCCL_CHECK(ncclAllGather(in, out, count, ncclFloat32, comm(tp), stream_));
@@ -333,10 +381,11 @@ class CudaBackend final : public Backend {
     });
     return median(t);
   }
-  double baseline_grouped_gemm_us(DType dt, const std::vector<Group>& groups, int iters, bool accumulate) override {
+  GroupedTimes baseline_grouped_gemm_us(DType dt, const std::vector<Group>& groups, int iters,
+                                        bool accumulate) override {
     std::vector<Group> g;
     for (auto& x : groups) if (x.m > 0 && x.n > 0 && x.k > 0) g.push_back(x);
-    if (g.empty()) return -1;
+    if (g.empty()) return {};
     const int G = int(g.size());
     std::size_t es = kernels::dtype_size(dt);
     std::vector<std::size_t> off(3 * G + 1, 0);
@@ -369,15 +418,46 @@ class CudaBackend final : public Backend {
       ptrs.emplace_back(hp.size() * sizeof(void*));
       ptrs.back().upload(hp.data(), hp.size() * sizeof(void*));
     }
-    auto t = time_iterations(3, iters, [&](int it) {
+    GroupedTimes r;
+    r.batched_us = median(time_iterations(3, iters, [&](int it) {
       auto** p = ptrs[it % copies].as<void*>();
       PUNICA_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
           cublas_, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alpha.data(),
           (const void* const*)p, cuda_type(dt), lda.data(), (const void* const*)(p + G), cuda_type(dt),
           ldb.data(), beta.data(), (void* const*)(p + 2 * G), cuda_type(dt), ldc.data(), G, gs.data(),
           CUBLAS_COMPUTE_32F));
-    });
-    return median(t);
+    }));
+    bool held = last_held_;
+    // The same GEMMs as one cublasGemmEx per group (base_linear: cuBLAS's own kernel choice per
+    // shape), captured into one graph per rotated copy; a call = one graph launch.
+    std::vector<std::unique_ptr<Graph>> graphs;
+    for (int c = 0; c < copies; ++c) {
+      char* base = static_cast<char*>(bufs[std::size_t(c)].get());
+      auto gr = std::make_unique<Graph>();
+      synchronize();
+      PUNICA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        for (int i = 0; i < G; ++i) {
+          LinearArgs la;
+          la.dtype = dt; la.m = g[i].m; la.n = g[i].n; la.k = g[i].k;
+          la.x = base + off[3 * i]; la.w = base + off[3 * i + 1]; la.y = base + off[3 * i + 2];
+          la.ldy = g[i].n;
+          la.accumulate = accumulate;
+          base_linear(la);
+        }
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &gr->graph);
+        throw;
+      }
+      PUNICA_CUDA_CHECK(cudaStreamEndCapture(stream_, &gr->graph));
+      PUNICA_CUDA_CHECK(cudaGraphInstantiate(&gr->exec, gr->graph, 0));
+      graphs.push_back(std::move(gr));
+    }
+    r.graph_us = median(time_iterations(3, iters, [&](int it) {
+      PUNICA_CUDA_CHECK(cudaGraphLaunch(graphs[std::size_t(it % copies)]->exec, stream_));
+    }));
+    last_held_ = held && last_held_;
+    return r;
   }
   CopyBaseline baseline_copy_us(std::size_t bytes, int iters, int calls) override {
     CopyBaseline r;

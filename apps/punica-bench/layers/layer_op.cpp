@@ -2,13 +2,15 @@
 // layer kinds, the modules each fits, their slice counts and the TP degrees each can be split over.
 #include <map>
 #include "apps/punica-bench/layers/layers.h"
+#include "apps/punica-bench/ops/moe_kit.h"
 #include "apps/punica-bench/ops/op_kit.h"
 
 namespace punica::bench {
 namespace {
 
 const std::vector<std::string> kLayers = {"replicated", "column", "merged_column", "qkv",
-                                          "merged_qkv", "row", "vocab_embedding", "logits"};
+                                          "merged_qkv", "row", "vocab_embedding", "logits",
+                                          "fused_moe"};
 
 bool is_qkv(const std::string& l) { return l == "qkv" || l == "merged_qkv"; }
 
@@ -19,6 +21,7 @@ std::vector<int64_t> layer_defaults(CaseContext& x) {
     for (const auto& l : kLayers) all += (all.empty() ? "" : "|") + l;
     x.missing("layer (one of " + all + ")");
   }
+  if (c.layer == "fused_moe") return moe_defaults(x, 0);  // the w13 slices (gate, up), for the record
   if (c.layer == "vocab_embedding") return c.hidden > 0 ? std::vector<int64_t>{c.hidden} : std::vector<int64_t>{};
   if (c.layer == "logits") return c.vocab > 0 ? std::vector<int64_t>{c.vocab} : std::vector<int64_t>{};
   if (is_qkv(c.layer) && c.num_heads > 0 && c.num_kv_heads > 0 && c.head_dim > 0) {
@@ -30,6 +33,7 @@ std::vector<int64_t> layer_defaults(CaseContext& x) {
 
 void layer_require(CaseContext& x) {
   const Case& c = x.c();
+  if (c.layer == "fused_moe") return moe_require(x, true);
   if (c.layer == "vocab_embedding" || c.layer == "logits") {
     require_vocab(x);
     require_hidden(x);
@@ -85,8 +89,37 @@ void layer_tp_rules(CaseContext& x) {
     x.skip("fully sharded: max_rank " + std::to_string(c.max_rank) + " not divisible by tp " + tps);
 }
 
+// FusedMoEWithLoRA (SPEC §4.7): which TP / EP splits and layouts a case can take.
+void moe_layer_rules(CaseContext& x) {
+  moe_applicable(x);
+  const Case& c = x.c();
+  if (!c.skip_reason.empty()) return;
+  const MoeConfig m = moe_config_from(moe_given(x), c.model, c.hidden);
+  auto flag = [&](const char* k) { return x.has(k) && x.value(k).get<bool>(); };
+  const bool ep = flag("expert_parallel");
+  const std::string lay = x.has("w13_layout") ? x.value("w13_layout").get<std::string>() : "gated";
+  const int tp = std::max(1, c.tp);
+  const std::string tps = std::to_string(tp);
+  if (flag("token_subset") && !ep) return x.skip("token_subset applies with expert_parallel only");
+  if (lay != "gated" && !m.gated) return x.skip("w13_layout " + lay + " applies to a gated MoE only");
+  if (ep) {
+    if (c.fully_sharded)
+      return x.skip("with expert_parallel the experts are not tensor-sharded: fully_sharded has nothing to shard");
+    if (m.E < tp) x.skip("expert_parallel: " + std::to_string(m.E) + " experts over tp " + tps + " ranks");
+    return;
+  }
+  if (m.I % tp != 0) return x.skip("moe_intermediate " + std::to_string(m.I) + " not divisible by tp " + tps);
+  if (c.fully_sharded) {
+    if (c.max_rank % tp != 0) return x.skip("fully sharded: max_rank " + std::to_string(c.max_rank) + " not divisible by tp " + tps);
+    if (c.hidden % tp != 0) return x.skip("fully sharded: hidden " + std::to_string(c.hidden) + " not divisible by tp " + tps);
+    if ((c.max_rank / tp) % 2 != 0)  // the rank-dim all_gather moves 16-bit pairs as 32-bit words
+      return x.skip("fully sharded MoE: max_rank/tp = " + std::to_string(c.max_rank / tp) + " is odd");
+  }
+}
+
 void layer_applicable(CaseContext& x) {
   const Case& c = x.c();
+  if (c.layer == "fused_moe") return moe_layer_rules(x);
   static const std::map<std::string, std::vector<std::string>> fits = {
       {"replicated", {"o", "down"}}, {"column", {"o", "down"}},          {"merged_column", {"gate_up"}},
       {"qkv", {"qkv"}},              {"merged_qkv", {"qkv"}},            {"row", {"o", "down"}},
@@ -121,8 +154,40 @@ OpSpec spec() {
   layer.description =
       "TP LoRA layer class (SPEC §5); required with op=layer, an error with any other op. Fits: "
       "replicated/column/row <- o|down, merged_column <- gate_up, qkv/merged_qkv <- qkv (slices stay [q, kv, "
-      "kv]; for qkv one LoRA covers their concatenation), vocab_embedding <- embedding, logits <- lm_head.";
-  s.fields = {layer};
+      "kv]; for qkv one LoRA covers their concatenation), vocab_embedding <- embedding, logits <- lm_head; fused_moe (FusedMoEWithLoRA, "
+      "SPEC §4.7) takes the MoE fields and no module.";
+  auto field = [](const char* name, int order, nlohmann::json schema, const char* desc) {
+    FieldSpec f;
+    f.name = name;
+    f.order = order;
+    f.value_schema = std::move(schema);
+    f.description = desc;
+    return f;
+  };
+  const FieldSpec ep = field(
+      "expert_parallel", 41, {{"type", "boolean"}},
+      "layer fused_moe: expert parallelism over the tp ranks (vLLM enable_expert_parallel): experts split by "
+      "vLLM's linear placement through expert_map, not tensor-sharded; every rank sees every token and the "
+      "partial outputs are all-reduced. Default false.");
+  const FieldSpec sub = field(
+      "token_subset", 42, {{"type", "boolean"}},
+      "layer fused_moe with expert_parallel: each rank gets only the tokens routed to its experts, their "
+      "token_lora_mapping passed explicitly (as after an all-to-all); the rows are scattered back to [T, H] "
+      "before the all-reduce. Default false.");
+  const FieldSpec w13l = field(
+      "w13_layout", 43, {{"type", "string"}, {"enum", {"gated", "3d", "3d_interleaved"}}},
+      "layer fused_moe, gated: gated (two LoRA slices gate | up, default), 3d (FusedMoE3DWithLoRA: one slice "
+      "whose B has 2*I rows [gate; up]) or 3d_interleaved (GPT-OSS: gate and up interleaved by row, in the "
+      "base w13 and the LoRA B).");
+  const FieldSpec gemm = field(
+      "moe_base_gemm", 44, {{"type", "string"}, {"enum", {"per_expert", "grouped"}}},
+      "layer fused_moe: how the CUDA backend runs the base expert GEMMs of a step: per_expert (one "
+      "cublasGemmEx per local expert, default) or grouped (one cublasGemmGroupedBatchedEx over them, its "
+      "pointer table written by a kernel). The CPU backend runs both alike.");
+  s.fields = {layer, ep, sub, w13l, gemm};
+  for (const char* f : {"expert_parallel", "token_subset", "w13_layout", "moe_base_gemm", "moe_intermediate", "num_experts", "top_k",
+                        "gated", "shared_lora", "routing", "oob_expert_fraction", "disabled_adapters", "block_size"})
+    s.exclusive_fields.push_back(f);
   s.defaults = layer_defaults;
   s.require = layer_require;
   s.applicable = layer_applicable;

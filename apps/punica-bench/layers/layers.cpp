@@ -130,16 +130,6 @@ std::vector<ExpectedColumn> vllm_expected_columns(const Case& c, int tp, int rho
   return out;
 }
 
-}  // namespace layers
-
-namespace {
-
-using kernels::DType;
-using kernels::round_to;
-
-double base_rtol(DType t) { return t == DType::f32 ? 1e-5 : t == DType::f16 ? 5e-3 : 1e-2; }
-using kernels::nan_bits;
-
 // Runs fn(begin, end) over [0, n) on several threads (the host reference of big GPU cases, where
 // regenerating the full weights from the hash dominates: a 2-rank run on the 32-core 2xH200 machine
 // took ~5 s per Llama-3-70B gate_up case with 4 threads); one thread on small machines, where
@@ -166,6 +156,19 @@ double dot(const float* a, const float* b, int64_t n) {
   for (; k < n; ++k) s0 += double(a[k]) * double(b[k]);
   return (s0 + s1) + (s2 + s3);
 }
+
+}  // namespace layers
+
+namespace {
+
+using kernels::DType;
+using kernels::round_to;
+
+double base_rtol(DType t) { return t == DType::f32 ? 1e-5 : t == DType::f16 ? 5e-3 : 1e-2; }
+using kernels::nan_bits;
+
+using layers::dot;
+using layers::parallel_for;
 
 // The inputs' generator (op_kit.h's HashValues, the one the op entries' Builder uses), rounded to
 // the dtype as stored, evaluated at GLOBAL indices so that a shard equals the slice of the full tensor.
@@ -964,6 +967,7 @@ std::unique_ptr<Problem> make_layer_problem(const Case& c, const BatchLayout& la
   if (l == "row") return std::make_unique<RowLayer>(c, lay, o, rho);
   if (l == "vocab_embedding") return std::make_unique<EmbeddingLayer>(c, lay, o, rho);
   if (l == "logits") return std::make_unique<LogitsLayer>(c, lay, o, rho);
+  if (l == "fused_moe") return make_moe_layer_problem(c, lay, o, rho);
   fail(ErrorKind::usage, "layer: unknown layer kind '" + l + "'");
 }
 

@@ -6,6 +6,7 @@
 // rank's expected output from the unsharded tensors.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 #include "apps/punica-bench/problem.h"
@@ -19,8 +20,23 @@ std::unique_ptr<Problem> make_layer_problem(const Case& c, const BatchLayout& la
 // The same for an explicit rank inside the TP group (tests).
 std::unique_ptr<Problem> make_layer_problem(const Case& c, const BatchLayout& lay, const ProblemOptions& o,
                                             int tp_rank);
+// FusedMoEWithLoRA (SPEC §4.1, §4.7; moe_layer.cpp): layer "fused_moe" at TP rank (or EP rank) rho.
+std::unique_ptr<Problem> make_moe_layer_problem(const Case& c, const BatchLayout& lay, const ProblemOptions& o,
+                                                int rho);
 
 namespace layers {
+
+// Host helpers of the layer references: fn(begin, end) over [0, n) on several threads (one on small
+// machines), and an fp64 dot product of fp32 vectors.
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+double dot(const float* a, const float* b, int64_t n);
+
+// vLLM's expert placement under expert parallelism (determine_expert_map, linear): rank rho of ep
+// owns the global experts [first, first + count), count = E/ep (+1 on the first E%ep ranks).
+struct ExpertRange {
+  int first = 0, count = 0;
+};
+ExpertRange expert_range(int num_experts, int ep, int rho);
 
 // SPEC §5.4: per-rank q/kv shard of a QKV layer. nkv_rank = max(1, nkv/tp), rep = max(1, tp/nkv)
 // (kv-head replicas), q_id = rho, kv_id = rho / rep.

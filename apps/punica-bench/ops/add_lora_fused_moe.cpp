@@ -31,6 +31,14 @@ void run_op(Backend& be, const kernels::FusedMoeLoraArgs& a) {
   be.exec([&](void* s) { kernels::launch_add_lora_fused_moe(a, static_cast<cudaStream_t>(s)); },
           [&] { ref::add_lora_fused_moe(a); });
 }
+void run_fused_moe_lora_shrink(Backend& be, const kernels::FusedMoeLoraArgs& a) {
+  be.exec([&](void* s) { kernels::launch_fused_moe_lora_shrink(a, static_cast<cudaStream_t>(s)); },
+          [&] { ref::fused_moe_lora_shrink(a); });
+}
+void run_fused_moe_lora_expand(Backend& be, const kernels::FusedMoeLoraArgs& a) {
+  be.exec([&](void* s) { kernels::launch_fused_moe_lora_expand(a, static_cast<cudaStream_t>(s)); },
+          [&] { ref::fused_moe_lora_expand(a); });
+}
 
 namespace {
 OpSpec spec() {

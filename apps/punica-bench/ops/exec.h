@@ -27,6 +27,9 @@ void run_op(Backend& be, const kernels::MoeLoraAlignArgs& a);
 void run_op(Backend& be, const kernels::FusedMoeLoraArgs& a);
 kernels::MoeLoraRouting run_op(Backend& be, const kernels::AddLoraW13Args& a);
 void run_add_lora_w2(Backend& be, const kernels::FusedMoeLoraArgs& a);
+// The fully sharded split of the fused op (a collective runs between the halves; the MoE layer).
+void run_fused_moe_lora_shrink(Backend& be, const kernels::FusedMoeLoraArgs& a);
+void run_fused_moe_lora_expand(Backend& be, const kernels::FusedMoeLoraArgs& a);
 // FlashInfer's MoE LoRA deltas (SPEC §4.8.4-4.8.5).
 void run_op(Backend& be, const kernels::BgmvMoeGemm1Args& a);
 void run_op(Backend& be, const kernels::BgmvMoeGemm2Args& a);
