@@ -8,11 +8,12 @@
 # full  : the full vLLM kernel grid checked (--sample-rows, 12 parallel shards -> check_vllm_grid.tgz),
 #         the model-shaped scenarios timed.
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
+# moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
-OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid micro layers)}
+OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid moe_delta micro layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
@@ -58,6 +59,11 @@ case "$PROFILE" in
         --gtest_filter='Cases/FusedMoeLoraOdd.MatchesReference/fused?:AddLoraW13W2.*'
       step "sanitizer_moe_align_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/moe_lora_align_test" \
         --gtest_filter='Cases/MoeLoraAlign.HoldsTheOrderFreeContract/odd?:MoeLoraAlignEdge.*'
+      # FlashInfer's MoE LoRA deltas (issue 45): both paths, both gemm1 modes, gemm2, odd shapes
+      step "sanitizer_moe_delta_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bgmv_moe_lora_delta_test" \
+        --gtest_filter='BgmvMoeGemm1.FlashInferShapes:BgmvMoeGemm1.DtypesStrideZeroExpertsTileHeights:BgmvMoeGemm1.EmptyBatch:BgmvMoeGemm2.DtypesStrideZeroExperts'
+      step "sanitizer_moe_delta_bench_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q \
+        scenarios/ci_moe_delta.json
     done
     step check_smoke $PB check --backend cuda -o "$OUT/check_smoke.json" --overwrite scenarios/smoke.json
     step check_smoke_nan_padding $PB check --backend cuda -q --nan-padding scenarios/smoke.json
@@ -71,6 +77,15 @@ case "$PROFILE" in
     # every plan the automatic choice can return (plan_coverage_test), NaN padding on
     step check_plan_reach $PB check --backend cuda -q --nan-padding scenarios/ci_plan_reach.json
     step check_ci_moe $PB check --backend cuda -q --nan-padding scenarios/ci_moe.json
+    step check_ci_moe_delta $PB check --backend cuda -q --nan-padding scenarios/ci_moe_delta.json
+    ;;
+  moe_delta)
+    # issue 45: FlashInfer's MoE LoRA deltas on the MoE presets, decode and prefill, timed
+    # (decode and prefill apart: each step has its own time cap and result file)
+    step bench_moe_delta_decode $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 64 -f '/num_requests=(1|4|16|64)/' \
+      -o "$OUT/bench_moe_delta_decode.json" --overwrite scenarios/bench_moe_delta.json
+    step bench_moe_delta_prefill $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 64 -f '/num_requests=(512|4096)/' \
+      -o "$OUT/bench_moe_delta_prefill.json" --overwrite scenarios/bench_moe_delta.json
     ;;
   bench)
     step bench_lora_ops $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 128 -o "$OUT/bench_lora_ops.json" --overwrite scenarios/bench_lora_ops.json

@@ -41,6 +41,13 @@ if(MPIEXEC_BIN)
   pb_test(mpi_check_ci_moe_np2 ${EXPECT} 0 "fail 0, skip [0-9]+, error 0" --
           ${MPIRUN} -np 2 ${PB} check --backend cpu -q ${SC}/ci_moe.json)
 endif()
+# FlashInfer's MoE LoRA deltas (issue 45): every mode, dtype and edge of ci_moe_delta.json on the CPU
+# backend (Eigen against the fp64 loops), plain, with NaN padding past the true ranks, and exact.
+pb_test(cli_check_ci_moe_delta_cpu ${EXPECT} 0 "fail 0, skip 0, error 0" -- ${PB} check --backend cpu -q ${SC}/ci_moe_delta.json)
+pb_test(cli_check_ci_moe_delta_nan_cpu ${EXPECT} 0 "fail 0, skip 0, error 0" --
+        ${PB} check --backend cpu -q --nan-padding ${SC}/ci_moe_delta.json)
+pb_test(cli_check_ci_moe_delta_exact_cpu ${EXPECT} 0 "fail 0, skip 0, error 0" --
+        ${PB} check --backend cpu -q --exact ${SC}/ci_moe_delta.json)
 pb_test(cli_check_nan_padding_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --nan-padding ${TD}/good_tiny.json)
 pb_test(cli_check_exact_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --exact ${TD}/good_tiny.json)
 pb_test(cli_check_sample_rows_cpu ${EXPECT} 0 "fail 0" -- ${PB} check --backend cpu -q --sample-rows 2 ${TD}/good_tiny.json)

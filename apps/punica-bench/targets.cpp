@@ -181,10 +181,12 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
                   jstr(lin, "id") + ": " + missed(l, ">=", chain, 2, " us"));
       }
     }
-    // ---- MoE op cases (issue 44)
+    // ---- MoE op cases (issue 44; FlashInfer's deltas, issue 45: moe_prefill and moe_decode)
     for (const auto& c : doc["cases"]) {
       const std::string op = jstr(c, "op"), id = jstr(c, "id");
-      if (op != "moe_lora_align" && op != "add_lora_fused_moe" && op != "add_lora_w13" && op != "add_lora_w2") continue;
+      const bool delta = op == "bgmv_moe_gemm1_lora_delta" || op == "bgmv_moe_gemm2_lora_delta";
+      if (op != "moe_lora_align" && op != "add_lora_fused_moe" && op != "add_lora_w13" && op != "add_lora_w2" && !delta)
+        continue;
       if (!timed_pass(c)) continue;
       const std::string grp = op_group(op, c, by_tokens, group_keys);
       const double fl = jnum(c, {"work", "floor_us"}), med = jnum(c, {"timing", "time_us", "median"});
@@ -199,13 +201,17 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
       }
       const double bt = jnum(c, {"timing", "batch_time_us"});
       if (fl == fl && fl < 10 && bt == bt && node == node) {
-        // kernels launched: add_lora_w13's aligned path runs the alignment and the fused op
-        const int kernels = op == "add_lora_w13" && jstr(c, "plan").find("align+") != std::string::npos ? 2 : 1;
+        // kernels launched: add_lora_w13's aligned path runs the alignment and the fused op; the
+        // deltas' pairs path a shrink and an expand, the grouped path the alignment, a zero pass
+        // and the tiles (gemm1) or a memset, the alignment, the tiles and the rounding pass (gemm2)
+        const std::string plan = jstr(c, "plan");
+        int kernels = op == "add_lora_w13" && plan.find("align+") != std::string::npos ? 2 : 1;
+        if (delta) kernels = plan.find("grouped") == std::string::npos ? 2 : op == "bgmv_moe_gemm1_lora_delta" ? 3 : 4;
         const double bound = node * kernels + kMoeSlackUs + fl / kMoeFraction;
         acc.add("moe_decode", grp, bt <= bound, id + ": " + missed(bt, ">", bound, 2, " us"), bt / bound);
       }
       const double sp = jnum(c, {"metrics", "speedup_vs_cublas_grouped"});
-      if (op != "moe_lora_align" && sp == sp)
+      if (op != "moe_lora_align" && !delta && sp == sp)
         acc.add("moe_vs_cublas", grp, sp > 1.0, id + ": cold speed-up over cuBLAS grouped " + missed(sp, "<=", 1.0, 2), sp);
     }
     // ---- layer cases

@@ -20,12 +20,14 @@
 //                  comm_base_*);
 //   decode_gather  decode, fully sharded, tp 2: the all_gather in a CUDA graph
 //                  (timing.comm_all_gather_batch_us) <= 15 us.
-// MoE op cases (moe_lora_align, add_lora_fused_moe, add_lora_w13, add_lora_w2; issue 44):
+// MoE op cases (moe_lora_align, add_lora_fused_moe, add_lora_w13, add_lora_w2; issue 44; and
+// FlashInfer's bgmv_moe_gemm1_lora_delta / bgmv_moe_gemm2_lora_delta, issue 45: moe_prefill, moe_decode):
 //   moe_prefill    work.floor_us >= 10: metrics.copy_fraction >= 0.7, or, where the FLOP term
 //                  (work.flops over run.ceilings.gemm_bf16_tflops) exceeds the floor, that term over
 //                  the cold median >= 0.7;
 //   moe_decode     work.floor_us < 10: batch_time_us <= graph node x kernels launched (2 for
-//                  add_lora_w13's aligned path) + 2 us + floor / 0.7;
+//                  add_lora_w13's aligned path; the deltas: 2 on the pairs path, 3 / 4 on gemm1's /
+//                  gemm2's grouped path) + 2 us + floor / 0.7;
 //   moe_vs_cublas  the fused ops faster cold than their cuBLAS grouped baseline
 //                  (metrics.speedup_vs_cublas_grouped > 1).
 // MoE layer cases (layer fused_moe; issue 46):

@@ -14,6 +14,7 @@
 #include "kernels/lora_expand/lora_expand_internal.h"
 #include "kernels/lora_shrink/heuristics.h"
 #include "kernels/fused_moe_lora/heuristics.h"
+#include "kernels/bgmv_moe_lora_delta/bgmv_moe_lora_delta.h"
 
 namespace punica::kernels {
 namespace {
@@ -749,6 +750,33 @@ TEST(MoeHeuristics, SplitFormKernels) {
   EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 128, 4096, 14336, 2), true).name(), "shrink=rows expand=rows");
   EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 200, 16, 4096, 14336, 2), true).expand, Kernel::rows);  // > 128 entries
   EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 16, 4096, 14336, 2), false).name(), "fused");
+}
+
+// bgmv MoE LoRA deltas (kernels/bgmv_moe_lora_delta/heuristics.h): the pairs path at decode, the
+// grouped path from 2 pairs per (adapter, expert) with its tile height, the on-chip column bound.
+TEST(BgmvMoeDeltaHeuristics, PathsOnTheBenchPresets) {
+  BgmvMoeGemm1Args a;
+  a.top_k = 2; a.num_experts = 8; a.max_loras = 4; a.rank = 16; a.hidden = 4096; a.intermediate = 14336;  // Mixtral
+  auto path = [&](int64_t T) { a.num_tokens = T; return plan_bgmv_moe_gemm1(a); };
+  EXPECT_EQ(path(1).path, BgmvMoePath::pairs);
+  EXPECT_EQ(path(16).path, BgmvMoePath::pairs);  // 32 pairs over 32 groups
+  EXPECT_EQ(path(64).path, BgmvMoePath::grouped);
+  EXPECT_EQ(path(64).block_m, 16);
+  EXPECT_EQ(path(512).block_m, 32);   // 32 pairs per group
+  EXPECT_EQ(path(4096).block_m, 64);
+  a.top_k = 8; a.num_experts = 128;  // Qwen3-30B-A3B: 512 groups
+  EXPECT_EQ(path(64).path, BgmvMoePath::pairs);
+  EXPECT_EQ(path(512).path, BgmvMoePath::grouped);
+  a.rank = 256;  // regular: 2 x 256 intermediate columns do not fit the tile
+  EXPECT_EQ(path(4096).path, BgmvMoePath::pairs);
+  a.shared_a = true;
+  EXPECT_EQ(path(4096).path, BgmvMoePath::grouped);
+  EXPECT_NE(describe_bgmv_moe_gemm1_plan(a).find("grouped bm64"), std::string::npos);
+  BgmvMoeGemm2Args b;
+  b.num_tokens = 4096; b.top_k = 6; b.num_experts = 64; b.max_loras = 4; b.rank = 64;  // DeepSeek-V2-Lite
+  EXPECT_EQ(plan_bgmv_moe_gemm2(b).path, BgmvMoePath::grouped);
+  b.num_tokens = 1;
+  EXPECT_EQ(plan_bgmv_moe_gemm2(b).path, BgmvMoePath::pairs);
 }
 
 }  // namespace

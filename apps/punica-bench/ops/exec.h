@@ -4,6 +4,7 @@
 #pragma once
 #include "apps/punica-bench/backend/backend.h"
 #include "kernels/add_lora_embedding/add_lora_embedding.h"
+#include "kernels/bgmv_moe_lora_delta/bgmv_moe_lora_delta.h"
 #include "kernels/add_lora_linear/add_lora_linear.h"
 #include "kernels/add_lora_logits/add_lora_logits.h"
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
@@ -29,5 +30,8 @@ void run_add_lora_w2(Backend& be, const kernels::FusedMoeLoraArgs& a);
 // The fully sharded split of the fused op (a collective runs between the halves; the MoE layer).
 void run_fused_moe_lora_shrink(Backend& be, const kernels::FusedMoeLoraArgs& a);
 void run_fused_moe_lora_expand(Backend& be, const kernels::FusedMoeLoraArgs& a);
+// FlashInfer's MoE LoRA deltas (SPEC §4.8.4-4.8.5).
+void run_op(Backend& be, const kernels::BgmvMoeGemm1Args& a);
+void run_op(Backend& be, const kernels::BgmvMoeGemm2Args& a);
 
 }  // namespace punica::bench

@@ -3,14 +3,7 @@
 # block_emu.h and checks them against the Eigen reference (moe_emu_check.cpp): a check of the
 # kernels' logic where no GPU is at hand, not a GPU test. ASAN=1 adds AddressSanitizer (the kernels'
 # out-of-bounds reads and writes: memcheck's job). An argument adds a vLLM-sized case (slow).
-set -euo pipefail
-cd "$(dirname "$0")/../../../.."
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-CUDA=${CUDA_HOME:-/usr/local/cuda}
-SAN=""
-[ "${ASAN:-0}" = 1 ] && SAN="-fsanitize=address -g"
-INC="-I. -I$CUDA/include -I/usr/include/eigen3"
+source "$(dirname "$0")/emu_env.sh"
 for k in fused_moe_lora/fused_moe_lora moe_lora_align/moe_lora_align; do
   python3 scripts/lab/probes/block_emu/emulate_kernel.py kernels/$k.cu "$W/$(basename $k).cpp"
   # -O0: the emulated shared memory (function statics the compiler sees no one else write) must be

@@ -1,0 +1,672 @@
+// bgmv_moe_gemm1_lora_delta / bgmv_moe_gemm2_lora_delta on the device (SPEC §4.8.4-4.8.5). Two paths
+// (heuristics.h):
+// - pairs (decode): the shrink a block per (pair, slice, group of rank rows), its warps splitting K
+//   when there are few rows (16-byte loads of A and x), the rank-r intermediate rounded to lora_dtype
+//   into the workspace; then the expand column-tiled over the grid (a thread per 8 output columns,
+//   16-byte loads of their B rows, one 16-byte store). gemm2's expand is per (token, column tile)
+//   and sums the token's slots in registers: no atomics.
+// - grouped (prefill): moe_lora_align groups the pairs by (adapter, expert); one block per
+//   alignment block (16-64 pairs of one adapter and expert) runs the shrink and the expand as
+//   mma.sync tiles (x rows gathered, A / B tiles staged in shared memory, the intermediate kept on
+//   chip), the output staged in shared memory and stored 16 bytes at a time. gemm1's rows of pairs
+//   without an adapter are zeroed by a separate grid-stride kernel; gemm2 adds weighted rows into an
+//   fp32 [T, H] accumulator (16-byte atomics) that a last kernel rounds into the output.
+// Only each adapter's true rank is read (A rows / B columns past it never); no host synchronisation.
+#include "kernels/bgmv_moe_lora_delta/bgmv_moe_lora_delta.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/add_lora_embedding/lora_elem.cuh"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/error.h"
+#include "kernels/lora_shrink/lora_device.cuh"
+
+namespace punica::kernels {
+namespace {
+
+using elem::from_f;
+using elem::to_f;
+
+constexpr int kThreads = 256;        // shrink and grouped blocks
+constexpr int kWarps = kThreads / 32;
+constexpr int kExpThreads = 128;     // pairs-path expand blocks
+constexpr int kCols = 8;             // output columns per expand thread (one 16-byte store of 16-bit)
+constexpr int kKCMax = 256;          // grouped shrink: K per shared-memory stage, at most (host picks kc)
+constexpr int kPad = 8;              // shared rows padded by 16 bytes: conflict-free fragment reads
+constexpr int kNT = 64;              // grouped expand: output columns per tile
+constexpr int kMaxTiles = 16;        // grouped shrink: mma tiles per warp (64 pairs x 256 columns)
+constexpr int kMaxPf = 8;            // grouped expand: 16-byte B pieces per thread (64 rows x 256 rank)
+
+struct Common {
+  int64_t P;                 // pairs T*k
+  int top_k, E, L, R;        // R: the tables' rank dim
+  const int32_t* ranks;      // [L] or null
+  const int32_t* lora_ids;   // [T]
+  const int32_t* topk;       // [T*k]
+  const int64_t* ta;         // A table: entry (s, e) at s*E + e
+  const int64_t* tb;
+  int64_t sa, sb;            // adapter strides (elements)
+  int S;                     // slices
+  int64_t K, N;              // A width, slice width
+  const void* x;             // gemm1 x [T, K]; gemm2 act [rows, K]
+  const int32_t* perm;       // gemm2: act row per pair; null: row = pair / k
+  float scale;
+};
+
+// The slot of pair p when it has a delta, else -1.
+__device__ __forceinline__ int slot_of(const Common& c, int64_t p) {
+  const int l = c.lora_ids[p / c.top_k];
+  if (l < 0 || l >= c.L) return -1;
+  const int e = c.topk[p];
+  if (e < 0 || e >= c.E) return -1;
+  if (c.perm && c.perm[p] < 0) return -1;
+  return l;
+}
+__device__ __forceinline__ int rank_of(const Common& c, int l) { return c.ranks ? max(0, min(c.ranks[l], c.R)) : c.R; }
+__device__ __forceinline__ int64_t xrow_of(const Common& c, int64_t p) {
+  return c.perm ? int64_t(c.perm[p]) : p / c.top_k;
+}
+template <class T>
+__device__ __forceinline__ const T* wmat(const int64_t* tab, int idx, int64_t stride, int l) {
+  return reinterpret_cast<const T*>(tab[idx]) + int64_t(l) * stride;
+}
+__device__ __forceinline__ bool al16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// sum_j u[j] * b[j] for j < r (b: a B row; 16-byte loads while 8 elements fit and b is aligned).
+template <class T>
+__device__ __forceinline__ float dot_b(const float* u, const T* b, int r) {
+  float acc = 0.f;
+  int j = 0;
+  if (al16(b))
+    for (; j + 8 <= r; j += 8) {
+      float v[8];
+      elem::load_vec(b + j, v);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) acc += u[j + q] * v[q];
+    }
+  for (; j < r; ++j) acc += u[j] * to_f(__ldg(b + j));
+  return acc;
+}
+
+// Stores y[0 .. min(8, n)) at o: one 16-byte store (two for fp32) when whole and aligned.
+template <class TO>
+__device__ __forceinline__ void store_cols(TO* o, const float (&y)[kCols], int64_t n) {
+  if (n >= kCols && al16(o)) {
+    if constexpr (sizeof(TO) == 4) {
+      reinterpret_cast<float4*>(o)[0] = make_float4(y[0], y[1], y[2], y[3]);
+      reinterpret_cast<float4*>(o)[1] = make_float4(y[4], y[5], y[6], y[7]);
+    } else {
+      uint4 v;
+      TO* e = reinterpret_cast<TO*>(&v);
+#pragma unroll
+      for (int q = 0; q < kCols; ++q) e[q] = from_f<TO>(y[q]);
+      *reinterpret_cast<uint4*>(o) = v;
+    }
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < kCols; ++q)  // unrolled: y stays in registers
+    if (q < n) o[q] = from_f<TO>(y[q]);
+}
+
+// ---------------- pairs path ----------------
+// blockIdx.x = pair, blockIdx.y = s * groups + g: rank rows [g*rows, (g+1)*rows) of slice s, each
+// row owned by kWarps/rows warps splitting K. u[s, p, j] = round(A_s[l,e][j] . x[row(p)]), j < rank_l.
+template <class T>
+__global__ void __launch_bounds__(kThreads) shrink_pairs_kernel(Common c, T* u, int rows, int groups) {
+  __shared__ float part[kWarps];
+  const int64_t p = blockIdx.x;
+  const int s = int(blockIdx.y) / groups, g = int(blockIdx.y) % groups;
+  const int l = slot_of(c, p);
+  if (l < 0) return;
+  const int r = rank_of(c, l);
+  if (g * rows >= r) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kp = kWarps / rows, pi = warp % kp, j = g * rows + warp / kp;
+  const T* x = static_cast<const T*>(c.x) + xrow_of(c, p) * c.K;
+  float acc = 0.f;
+  if (j < r) {
+    const T* a = wmat<T>(c.ta, s * c.E + c.topk[p], c.sa, l) + int64_t(j) * c.K;
+    if (al16(a) && al16(x) && c.K % 8 == 0) {
+      for (int64_t k0 = int64_t(pi * 32 + lane) * 8; k0 < c.K; k0 += int64_t(kp) * 256) {
+        float xv[8], av[8];
+        elem::load_vec(x + k0, xv);
+        elem::load_vec(a + k0, av);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc += xv[q] * av[q];
+      }
+    } else {
+      for (int64_t k0 = pi * 32 + lane; k0 < c.K; k0 += kp * 32) acc += to_f(__ldg(x + k0)) * to_f(__ldg(a + k0));
+    }
+  }
+  acc = lora_dev::warp_sum(acc);
+  if (kp == 1) {
+    if (lane == 0 && j < r) u[(int64_t(s) * c.P + p) * c.R + j] = from_f<T>(acc);
+    return;
+  }
+  if (lane == 0) part[warp] = acc;
+  __syncthreads();
+  if (lane == 0 && pi == 0 && j < r) {
+    float t = 0.f;
+    for (int q = 0; q < kp; ++q) t += part[warp + q];
+    u[(int64_t(s) * c.P + p) * c.R + j] = from_f<T>(t);
+  }
+}
+
+// gemm1 expand: blockIdx.x = pair, blockIdx.y = a tile of kExpThreads*kCols columns of the pair's
+// S*N-wide row. Every column is written (0 for a pair without a delta).
+template <class T, class TO>
+__global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, const T* u, TO* out, int64_t ld) {
+  extern __shared__ float us[];  // [S][rank_l]
+  const int64_t p = blockIdx.x, W = int64_t(c.S) * c.N;
+  const int64_t c0 = (int64_t(blockIdx.y) * kExpThreads + threadIdx.x) * kCols;
+  const int l = slot_of(c, p);
+  float y[kCols];
+#pragma unroll
+  for (int q = 0; q < kCols; ++q) y[q] = 0.f;
+  if (l >= 0) {
+    const int r = rank_of(c, l), e = c.topk[p];
+    for (int i = threadIdx.x; i < c.S * r; i += kExpThreads)
+      us[i] = to_f(u[(int64_t(i / r) * c.P + p) * c.R + i % r]);
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) {
+      const int64_t col = c0 + q;
+      if (col < W) {
+        const int s = int(col / c.N);
+        const T* b = wmat<T>(c.tb, s * c.E + e, c.sb, l) + (col % c.N) * c.R;
+        y[q] = c.scale * dot_b(us + s * r, b, r);
+      }
+    }
+  }
+  if (c0 < W) store_cols(out + p * ld + c0, y, W - c0);
+}
+
+// gemm2 expand: blockIdx.x = token, blockIdx.y = a tile of 32 x kCols = 256 columns of H. Warp w takes
+// the token's slots w, w + 8, ... (a decode step's k slots run side by side, not one after another),
+// each lane 8 columns (16-byte loads of their B rows, the slot's intermediate read as a broadcast);
+// the warps' sums meet in shared memory, routing-weighted, and one store per 8 columns writes the row.
+constexpr int kE2Cols = 32 * kCols;
+template <class T, class TO>
+__global__ void __launch_bounds__(kThreads) expand2_pairs_kernel(Common c, const T* u, const float* w, TO* out,
+                                                                  int64_t ld) {
+  __shared__ __align__(16) float red[kWarps][kE2Cols];
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t c0 = int64_t(blockIdx.y) * kE2Cols + lane * kCols;
+  float y[kCols];
+#pragma unroll
+  for (int q = 0; q < kCols; ++q) y[q] = 0.f;
+  for (int j = warp; j < c.top_k; j += kWarps) {
+    const int64_t p = t * c.top_k + j;
+    const int l = slot_of(c, p);
+    if (l < 0) continue;
+    const int r = rank_of(c, l);
+    const T* B = wmat<T>(c.tb, c.topk[p], c.sb, l);
+    const T* up = u + p * c.R;
+    const float wt = w[p];
+    // rank-outer: the slot's 8 intermediate values loaded once for the lane's 8 B rows
+    float acc[kCols];
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) acc[q] = 0.f;
+    int k = 0;
+    if (al16(up) && al16(B + c0 * c.R) && c.R % 8 == 0)
+      for (; k + 8 <= r; k += 8) {
+        float uv[8];
+        elem::load_vec(up + k, uv);
+#pragma unroll
+        for (int q = 0; q < kCols; ++q)
+          if (c0 + q < c.N) {
+            float bv[8];
+            elem::load_vec(B + (c0 + q) * c.R + k, bv);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[q] += uv[e] * bv[e];
+          }
+      }
+    for (; k < r; ++k) {
+      const float uk = to_f(up[k]);
+#pragma unroll
+      for (int q = 0; q < kCols; ++q)
+        if (c0 + q < c.N) acc[q] += uk * to_f(__ldg(B + (c0 + q) * c.R + k));
+    }
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) y[q] += wt * acc[q];
+  }
+#pragma unroll
+  for (int q = 0; q < kCols; ++q) red[warp][lane * kCols + q] = y[q];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int q = 0; q < kCols; ++q) {
+    float v = 0.f;
+    for (int ww = 0; ww < kWarps; ++ww) v += red[ww][lane * kCols + q];
+    y[q] = c.scale * v;
+  }
+  if (c0 < c.N) store_cols(out + t * ld + c0, y, c.N - c0);
+}
+
+// ---------------- grouped path ----------------
+struct Grouped {
+  Common c;
+  int bm;                // pairs per block (the alignment's block size)
+  int64_t Pp, Q;         // the alignment's P and Q
+  const int32_t* sorted;
+  const int32_t* eids;
+  const int32_t* ntpp;
+  void* out;             // gemm1: [P, ld]
+  int64_t ld;
+  float* acc;            // gemm2: [T, N] fp32
+  const float* w;        // gemm2: routing weights [T*k]
+  int sr_max;            // S * round16(R): the shared-memory plan
+  int kc;                // K per shrink stage (64, 128 or 256: as many bytes in flight as 2 blocks per SM hold)
+};
+
+// Shared-memory elements of the grouped kernel's regions (host and device agree).
+__host__ __device__ constexpr int64_t g_x_elems(int bm, int kc) { return int64_t(bm) * (kc + kPad); }
+__host__ __device__ constexpr int64_t g_a_elems(int sr_max, int S, int kc) {
+  return int64_t(sr_max) * (kc + kPad) > int64_t(kNT) * (sr_max / S + kPad) ? int64_t(sr_max) * (kc + kPad)
+                                                                            : int64_t(kNT) * (sr_max / S + kPad);
+}
+__host__ __device__ constexpr int64_t g_u_elems(int bm, int sr_max) { return int64_t(bm) * (sr_max + kPad); }
+constexpr int kOLd = kNT + 4;  // fp32 staging row (16-byte aligned rows)
+inline std::size_t grouped_smem_bytes(int bm, int sr_max, int S, int kc, std::size_t tsize) {
+  return std::size_t(g_x_elems(bm, kc) + g_a_elems(sr_max, S, kc) + g_u_elems(bm, sr_max)) * tsize +
+         std::size_t(bm) * kOLd * 4;
+}
+// The shrink's K stage: the widest of 256 / 128 / 64 whose tile keeps 2 blocks per SM (<= 110 KB of
+// shared memory), no wider than K rounded up to 64. The stages are synchronous: a wider stage puts
+// more bytes in flight per block (the shrink is latency-bound, its math negligible).
+inline int grouped_kc(int bm, int sr_max, int S, int64_t K, std::size_t tsize) {
+  int kc = kKCMax;
+  while (kc > 64 && (grouped_smem_bytes(bm, sr_max, S, kc, tsize) > (std::size_t(110) << 10) || kc / 2 >= K)) kc /= 2;
+  return kc;
+}
+
+// 8 elements from src (n valid, zero past them; zeros when src is null) as one 16-byte value.
+template <class T>
+__device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (src && n > 0) {
+    if (n >= 8 && al16(src)) {
+      v = __ldg(reinterpret_cast<const uint4*>(src));
+    } else {
+      T* e = reinterpret_cast<T*>(&v);
+      for (int q = 0; q < 8 && q < n; ++q) e[q] = src[q];
+    }
+  }
+  return v;
+}
+// The same into 16-byte aligned shared memory.
+template <class T>
+__device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
+  *reinterpret_cast<uint4*>(dst) = load8(src, n);
+}
+__device__ __forceinline__ uint32_t ld32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <class T, class TO, bool G2>
+__global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int64_t pair_sh[64], xrow_sh[64];
+  const Common& c = g.c;
+  const int l = blockIdx.y;
+  const int64_t b = blockIdx.x;
+  const int bm = g.bm;
+  if (b * bm >= g.ntpp[l] || b >= g.Q) return;
+  const int e = g.eids[int64_t(l) * g.Q + b];
+  if (e < 0 || e >= c.E) return;
+  const int r = rank_of(c, l), rp = (r + 15) / 16 * 16, SR = c.S * rp;
+  const int rp_max = g.sr_max / c.S;
+  T* sX = reinterpret_cast<T*>(smem);
+  const int kc = g.kc;
+  T* sA = sX + g_x_elems(bm, kc);
+  T* sU = sA + g_a_elems(g.sr_max, c.S, kc);
+  float* sO = reinterpret_cast<float*>(sU + g_u_elems(bm, g.sr_max));
+  const int ldx = kc + kPad, ldu = g.sr_max + kPad, ldb = rp_max + kPad;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane >> 2, c4 = lane & 3;
+  if (tid < bm) {
+    const int32_t v = g.sorted[int64_t(l) * g.Pp + b * bm + tid];
+    const bool live = v >= 0 && v < c.P && (!c.perm || c.perm[v] >= 0);
+    pair_sh[tid] = live ? int64_t(v) : -1;
+    xrow_sh[tid] = live ? xrow_of(c, v) : -1;
+  }
+  __syncthreads();
+  const T* X = static_cast<const T*>(c.x);
+  const int MT = bm / 16;
+
+  // ---- shrink: U[bm, SR] = X[bm, K] . A^T over the true rank (columns s*rp + j), rounded to T
+  {
+    const int tiles = MT * (SR / 8);
+    float acc[kMaxTiles][4];
+#pragma unroll
+    for (int i = 0; i < kMaxTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    const int qn = kc / 8;  // 16-byte pieces per staged row
+    for (int64_t k0 = 0; k0 < c.K && SR > 0; k0 += kc) {
+      for (int i = tid; i < bm * qn; i += kThreads) {
+        const int m = i / qn, q = i % qn;
+        const int64_t col = k0 + q * 8;
+        stage8(sX + m * ldx + q * 8, xrow_sh[m] >= 0 ? X + xrow_sh[m] * c.K + col : nullptr, c.K - col);
+      }
+      for (int i = tid; i < SR * qn; i += kThreads) {
+        const int ci = i / qn, q = i % qn, s = ci / rp, j = ci % rp;
+        const int64_t col = k0 + q * 8;
+        stage8(sA + ci * ldx + q * 8, j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K + col : nullptr,
+               c.K - col);
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kc; kk += 16) {
+#pragma unroll
+        for (int i = 0; i < kMaxTiles; ++i) {
+          const int t = warp + kWarps * i;
+          if (t < tiles) {
+            const int mt = t % MT, nt = t / MT;
+            const T* ar = sX + (mt * 16 + g8) * ldx + kk + 2 * c4;
+            const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldx), ld32(ar + 8), ld32(ar + 8 * ldx + 8)};
+            const T* br = sA + (nt * 8 + g8) * ldx + kk + 2 * c4;
+            lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
+          }
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxTiles; ++i) {
+      const int t = warp + kWarps * i;
+      if (t < tiles) {
+        const int mt = t % MT, nt = t / MT, row = mt * 16 + g8, col = nt * 8 + 2 * c4;
+        sU[row * ldu + col] = from_f<T>(acc[i][0]);
+        sU[row * ldu + col + 1] = from_f<T>(acc[i][1]);
+        sU[(row + 8) * ldu + col] = from_f<T>(acc[i][2]);
+        sU[(row + 8) * ldu + col + 1] = from_f<T>(acc[i][3]);
+      }
+    }
+    __syncthreads();
+  }
+
+  // ---- expand: kNT-column tiles of Y[bm, N] = U_s[bm, rp] . B_s^T over every slice; the next tile's
+  // B rows are loaded into registers while this tile's mma, epilogue and stores run
+  T* sB = sA;
+  const int etiles = MT * (kNT / 8);          // <= 32: 4 per warp
+  const int chunks = rp / 8;                  // 16-byte pieces per B row (up to the padded true rank)
+  const int pieces = kNT * chunks;            // per tile: <= 64 x 32 = kMaxPf per thread
+  const int64_t per_slice = (c.N + kNT - 1) / kNT, ntiles = per_slice * c.S;
+  uint4 pf[kMaxPf];
+  auto fetch = [&](int64_t tile) {
+    const int s = int(tile / per_slice);
+    const int64_t n0 = (tile % per_slice) * kNT;
+    const T* Bs = wmat<T>(c.tb, s * c.E + e, c.sb, l);
+#pragma unroll
+    for (int q = 0; q < kMaxPf; ++q) {
+      const int i = tid + q * kThreads;
+      if (i < pieces) {
+        const int n = i / chunks, j0 = (i % chunks) * 8;
+        pf[q] = load8(n0 + n < c.N ? Bs + (n0 + n) * c.R + j0 : nullptr, r - j0);
+      }
+    }
+  };
+  fetch(0);
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    const int s = int(tile / per_slice);
+    const int64_t n0 = (tile % per_slice) * kNT;
+#pragma unroll
+    for (int q = 0; q < kMaxPf; ++q) {
+      const int i = tid + q * kThreads;
+      if (i < pieces) *reinterpret_cast<uint4*>(sB + (i / chunks) * ldb + (i % chunks) * 8) = pf[q];
+    }
+    __syncthreads();
+    if (tile + 1 < ntiles) fetch(tile + 1);
+    {
+      float acc[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+      for (int kk = 0; kk < rp; kk += 16) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int t = warp + kWarps * i;
+          if (t < etiles) {
+            const int mt = t % MT, nt = t / MT;
+            const T* ar = sU + (mt * 16 + g8) * ldu + s * rp + kk + 2 * c4;
+            const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldu), ld32(ar + 8), ld32(ar + 8 * ldu + 8)};
+            const T* br = sB + (nt * 8 + g8) * ldb + kk + 2 * c4;
+            lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = warp + kWarps * i;
+        if (t < etiles) {
+          const int mt = t % MT, nt = t / MT, row = mt * 16 + g8, col = nt * 8 + 2 * c4;
+          *reinterpret_cast<float2*>(sO + row * kOLd + col) = make_float2(acc[i][0], acc[i][1]);
+          *reinterpret_cast<float2*>(sO + (row + 8) * kOLd + col) = make_float2(acc[i][2], acc[i][3]);
+        }
+      }
+      __syncthreads();
+      for (int i = tid; i < bm * (kNT / kCols); i += kThreads) {
+        const int m = i / (kNT / kCols), q = i % (kNT / kCols);
+        const int64_t p = pair_sh[m], col = n0 + q * kCols;
+        if (p < 0 || col >= c.N) continue;
+        const float4 lo = *reinterpret_cast<const float4*>(sO + m * kOLd + q * kCols);
+        const float4 hi = *reinterpret_cast<const float4*>(sO + m * kOLd + q * kCols + 4);
+        const float f = G2 ? c.scale * g.w[p] : c.scale;
+        float y[kCols] = {lo.x * f, lo.y * f, lo.z * f, lo.w * f, hi.x * f, hi.y * f, hi.z * f, hi.w * f};
+        if constexpr (G2) {
+          float* dst = g.acc + (p / c.top_k) * c.N + col;
+          if (c.N - col >= kCols && al16(dst)) {
+            atomicAdd(reinterpret_cast<float4*>(dst), make_float4(y[0], y[1], y[2], y[3]));
+            atomicAdd(reinterpret_cast<float4*>(dst + 4), make_float4(y[4], y[5], y[6], y[7]));
+          } else {
+#pragma unroll
+            for (int qq = 0; qq < kCols; ++qq)
+              if (col + qq < c.N) atomicAdd(dst + qq, y[qq]);
+          }
+        } else {
+          store_cols(static_cast<TO*>(g.out) + p * g.ld + int64_t(s) * c.N + col, y, c.N - col);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// gemm1 grouped path: the rows of pairs without a delta (the alignment lists only the others).
+template <class TO>
+__global__ void __launch_bounds__(kExpThreads) zero_inactive_kernel(Common c, TO* out, int64_t ld) {
+  const int64_t W = int64_t(c.S) * c.N;
+  float z[kCols];
+#pragma unroll
+  for (int q = 0; q < kCols; ++q) z[q] = 0.f;
+  for (int64_t p = blockIdx.x; p < c.P; p += gridDim.x) {
+    if (slot_of(c, p) >= 0) continue;
+    for (int64_t c0 = int64_t(threadIdx.x) * kCols; c0 < W; c0 += int64_t(kExpThreads) * kCols)
+      store_cols(out + p * ld + c0, z, W - c0);
+  }
+}
+
+// gemm2 grouped path: out[t, :] = round(acc[t, :]) for every token.
+template <class TO>
+__global__ void __launch_bounds__(kExpThreads) finish_kernel(const float* acc, int64_t T, int64_t N, TO* out,
+                                                             int64_t ld) {
+  const int64_t t = blockIdx.x;
+  if (t >= T) return;
+  for (int64_t c0 = int64_t(threadIdx.x) * kCols; c0 < N; c0 += int64_t(kExpThreads) * kCols) {
+    float y[kCols];
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) y[q] = c0 + q < N ? acc[t * N + c0 + q] : 0.f;
+    store_cols(out + t * ld + c0, y, N - c0);
+  }
+}
+
+[[noreturn]] void bad(const char* op, const std::string& msg) { throw Error(ErrorKind::usage, std::string(op) + ": " + msg); }
+
+// f(T{}, TO{}) with the storage types of the LoRA dtype (16-bit) and the output dtype.
+template <class F> void dispatch_types(DType lora, DType out, F&& f) {
+  auto with_out = [&](auto t) { elem::dispatch_dtype(out, [&](auto to) { f(t, to); }); };
+  if (lora == DType::f16) with_out(__half{});
+  else with_out(__nv_bfloat16{});
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rank rows per shrink block: 8 (a warp each) while the grid has >= 2 blocks per SM, fewer (warps
+// splitting K) for small batches so decode still spreads over the SMs.
+int shrink_rows(int64_t pairs, int S, int rank) {
+  int rows = 8;
+  while (rows > 1 && pairs * S * ceil_div(rank, rows) < 264) rows /= 2;
+  return rows;
+}
+
+template <class T>
+void launch_shrink_pairs(const Common& c, T* u, cudaStream_t st) {
+  const int rows = shrink_rows(c.P, c.S, c.R), groups = int(ceil_div(c.R, rows));
+  shrink_pairs_kernel<T><<<dim3(unsigned(c.P), unsigned(c.S * groups)), kThreads, 0, st>>>(c, u, rows, groups);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class TO, bool G2>
+void launch_grouped(const Grouped& g, int64_t T_tokens, int k, cudaStream_t st, void* ws, const bgmv_detail::GroupedLayout& lay) {
+  char* w = static_cast<char*>(ws);
+  MoeLoraAlignArgs al;
+  al.num_tokens = T_tokens;
+  al.top_k = k;
+  al.topk_ids = g.c.topk;
+  al.token_lora_mapping = g.c.lora_ids;
+  al.num_experts = g.c.E;
+  al.block_size = g.bm;
+  al.max_loras = g.c.L;
+  al.max_padded = lay.P;
+  al.sorted_token_ids = reinterpret_cast<int32_t*>(w + lay.sorted);
+  al.expert_ids = reinterpret_cast<int32_t*>(w + lay.eids);
+  al.num_tokens_post_pad = reinterpret_cast<int32_t*>(w + lay.ntpp);
+  al.workspace = w + lay.align_ws;
+  al.workspace_bytes = moe_lora_align_workspace_bytes(T_tokens, k, g.c.E, g.c.L);
+  launch_moe_lora_align(al, st);
+  Grouped gg = g;
+  gg.sorted = al.sorted_token_ids;
+  gg.eids = al.expert_ids;
+  gg.ntpp = al.num_tokens_post_pad;
+  gg.kc = grouped_kc(g.bm, g.sr_max, g.c.S, g.c.K, sizeof(T));
+  const std::size_t smem = grouped_smem_bytes(g.bm, g.sr_max, g.c.S, gg.kc, sizeof(T));
+  PUNICA_CUDA_CHECK(cudaFuncSetAttribute(grouped_kernel<T, TO, G2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  grouped_kernel<T, TO, G2><<<dim3(unsigned(lay.Q), unsigned(g.c.L)), kThreads, smem, st>>>(gg);
+  PUNICA_CUDA_CHECK_LAUNCH();
+}
+
+std::size_t align_ws_bytes(int64_t T, int k, int E, int L) { return moe_lora_align_workspace_bytes(T, k, E, L); }
+
+// The fields both ops' Common share (A: BgmvMoeGemm1Args | BgmvMoeGemm2Args).
+template <class A>
+Common common_of(const A& a) {
+  Common c{};
+  c.P = a.num_tokens * a.top_k;
+  c.top_k = a.top_k; c.E = a.num_experts; c.L = a.max_loras; c.R = a.rank;
+  c.ranks = a.lora_ranks; c.lora_ids = a.lora_ids; c.topk = a.topk_ids;
+  c.ta = a.w_ptr_a; c.tb = a.w_ptr_b; c.sa = a.lora_stride_a; c.sb = a.lora_stride_b;
+  c.scale = a.scale;
+  return c;
+}
+// Argument errors throw; false = nothing to do (T = 0).
+template <class A>
+bool ready(const char* op, const std::string& err, const A& a, std::size_t need) {
+  if (!err.empty()) bad(op, err);
+  if (a.num_tokens == 0) return false;
+  if (!a.workspace || a.workspace_bytes < need) bad(op, "workspace_bytes: expected >= " + std::to_string(need));
+  return true;
+}
+
+}  // namespace
+
+std::size_t bgmv_moe_gemm1_workspace_bytes(const BgmvMoeGemm1Args& a) {
+  const BgmvMoePlan p = plan_bgmv_moe_gemm1(a);
+  if (p.path == BgmvMoePath::grouped)
+    return bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, p.block_m).end +
+           bgmv_detail::align256(align_ws_bytes(a.num_tokens, a.top_k, a.num_experts, a.max_loras));
+  return bgmv_detail::align256(std::size_t(bgmv_detail::gemm1_slices(a)) *
+                               std::size_t(std::max<int64_t>(a.num_tokens * a.top_k, 1)) *
+                               std::size_t(std::max(a.rank, 1)) * dtype_size(a.lora_dtype));
+}
+std::size_t bgmv_moe_gemm2_workspace_bytes(const BgmvMoeGemm2Args& a) {
+  const BgmvMoePlan p = plan_bgmv_moe_gemm2(a);
+  if (p.path == BgmvMoePath::grouped)
+    return bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, p.block_m).end +
+           bgmv_detail::align256(align_ws_bytes(a.num_tokens, a.top_k, a.num_experts, a.max_loras)) +
+           bgmv_detail::align256(std::size_t(std::max<int64_t>(a.num_tokens, 1)) * std::size_t(std::max<int64_t>(a.hidden, 1)) * 4);
+  return bgmv_detail::align256(std::size_t(std::max<int64_t>(a.num_tokens * a.top_k, 1)) * std::size_t(std::max(a.rank, 1)) *
+                               dtype_size(a.lora_dtype));
+}
+
+void launch_bgmv_moe_gemm1_lora_delta(const BgmvMoeGemm1Args& a, cudaStream_t st) {
+  const char* op = "bgmv_moe_gemm1_lora_delta";
+  const std::string err = bgmv_moe_gemm1_arg_error(a);
+  if (!ready(op, err, a, bgmv_moe_gemm1_workspace_bytes(a))) return;
+  Common c = common_of(a);
+  c.S = bgmv_detail::gemm1_slices(a);
+  c.K = a.hidden;
+  c.N = bgmv_detail::gemm1_slice_width(a);
+  c.x = a.x; c.perm = nullptr; c.scale = a.scale;
+  const int64_t ld = a.ld_out ? a.ld_out : 2 * a.intermediate, W = int64_t(c.S) * c.N;
+  const BgmvMoePlan plan = plan_bgmv_moe_gemm1(a);
+  dispatch_types(a.lora_dtype, a.out_dtype, [&](auto tt, auto to) {
+    using T = decltype(tt);
+    using TO = decltype(to);
+    {
+      TO* out = static_cast<TO*>(a.out);
+      if (plan.path == BgmvMoePath::pairs) {
+        T* u = static_cast<T*>(a.workspace);
+        launch_shrink_pairs<T>(c, u, st);
+        const unsigned tiles = unsigned(ceil_div(W, int64_t(kExpThreads) * kCols));
+        expand_pairs_kernel<T, TO><<<dim3(unsigned(c.P), tiles), kExpThreads, std::size_t(c.S) * c.R * 4, st>>>(c, u, out, ld);
+        PUNICA_CUDA_CHECK_LAUNCH();
+        return;
+      }
+      const auto lay = bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, plan.block_m);
+      zero_inactive_kernel<TO><<<unsigned(std::min<int64_t>(c.P, 1056)), kExpThreads, 0, st>>>(c, out, ld);
+      PUNICA_CUDA_CHECK_LAUNCH();
+      Grouped g{};
+      g.c = c; g.bm = plan.block_m; g.Pp = lay.P; g.Q = lay.Q; g.out = a.out; g.ld = ld;
+      g.sr_max = c.S * bgmv_detail::round16(c.R);
+      launch_grouped<T, TO, false>(g, a.num_tokens, a.top_k, st, a.workspace, lay);
+    }
+  });
+}
+
+void launch_bgmv_moe_gemm2_lora_delta(const BgmvMoeGemm2Args& a, cudaStream_t st) {
+  const char* op = "bgmv_moe_gemm2_lora_delta";
+  const std::string err = bgmv_moe_gemm2_arg_error(a);
+  if (!ready(op, err, a, bgmv_moe_gemm2_workspace_bytes(a))) return;
+  Common c = common_of(a);
+  c.S = 1; c.K = a.intermediate; c.N = a.hidden;
+  c.x = a.act; c.perm = a.perm; c.scale = a.scale;
+  const int64_t ld = a.ld_out ? a.ld_out : a.hidden;
+  const BgmvMoePlan plan = plan_bgmv_moe_gemm2(a);
+  dispatch_types(a.lora_dtype, a.out_dtype, [&](auto tt, auto to) {
+    using T = decltype(tt);
+    using TO = decltype(to);
+    {
+      TO* out = static_cast<TO*>(a.out);
+      if (plan.path == BgmvMoePath::pairs) {
+        T* u = static_cast<T*>(a.workspace);
+        launch_shrink_pairs<T>(c, u, st);
+        const unsigned tiles = unsigned(ceil_div(c.N, kE2Cols));
+        expand2_pairs_kernel<T, TO><<<dim3(unsigned(a.num_tokens), tiles), kThreads, 0, st>>>(c, u, a.topk_weights, out, ld);
+        PUNICA_CUDA_CHECK_LAUNCH();
+        return;
+      }
+      const auto lay = bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, plan.block_m);
+      float* acc = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + lay.end +
+                                            bgmv_detail::align256(align_ws_bytes(a.num_tokens, a.top_k, a.num_experts, a.max_loras)));
+      PUNICA_CUDA_CHECK(cudaMemsetAsync(acc, 0, std::size_t(a.num_tokens) * std::size_t(a.hidden) * 4, st));
+      Grouped g{};
+      g.c = c; g.bm = plan.block_m; g.Pp = lay.P; g.Q = lay.Q; g.acc = acc; g.w = a.topk_weights;
+      g.sr_max = bgmv_detail::round16(c.R);
+      launch_grouped<T, TO, true>(g, a.num_tokens, a.top_k, st, a.workspace, lay);
+      finish_kernel<TO><<<unsigned(a.num_tokens), kExpThreads, 0, st>>>(acc, a.num_tokens, a.hidden, out, ld);
+      PUNICA_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace punica::kernels
