@@ -95,7 +95,7 @@ add_test(NAME cli_targets COMMAND bash -c "
   ${EXPECT} 2 'not in' -- ${PB} targets -t nope ${TD}/targets_sample.json
   ${EXPECT} 0 'decode_gather' -- ${PB} targets ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json ${CMAKE_SOURCE_DIR}/results/h200x2/layers_llama_decode_np2.json
   ${EXPECT} 0 'dense_prefill +lora_shrink T=8192 +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+-[0-9.]+' -- ${PB} targets --by-tokens -t dense_prefill ${CMAKE_SOURCE_DIR}/results/h200/bench_lora_ops.json
-  ${EXPECT} 0 'moe_vs_cublas +add_lora_w13' -- ${PB} targets -t moe_vs_cublas ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_t1_512.json ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_t4096.json
+  ${EXPECT} 0 'moe_vs_cublas +add_lora_w13' -- ${PB} targets -t moe_vs_cublas ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_decode.json ${CMAKE_SOURCE_DIR}/results/h200/bench_moe_prefill.json
 ")
 set_tests_properties(cli_targets PROPERTIES LABELS cli TIMEOUT 120)
 
