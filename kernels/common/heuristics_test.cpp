@@ -709,8 +709,9 @@ TEST(ExpandHeuristics, PipeTilesMultiSlice) {
 }
 
 // The fused MoE LoRA split form (kernels/fused_moe_lora/heuristics.h): tensor-core tiles over the
-// aligned path's blocks; the CUDA-core kernels for naive routing, few pairs per block (shrink), an
-// intermediate not in the output dtype or ranks past 64 (expand); one kernel without scratch.
+// aligned path's blocks, the one call's shrink split over K into the scratch; the CUDA-core kernels
+// for naive routing, few pairs per block (the split API's shrink), an intermediate not in the output
+// dtype or ranks past 64 (expand); one kernel without scratch.
 TEST(MoeHeuristics, SplitFormKernels) {
   auto mk = [](int64_t M, int k, int E, int L, int r, int64_t K, int64_t N, int S) {
     FusedMoeLoraArgs a;
@@ -730,23 +731,51 @@ TEST(MoeHeuristics, SplitFormKernels) {
   EXPECT_EQ(p.tiles_per_block, 8);
   EXPECT_EQ(p.items_per_block, 4);  // 4 blocks of <= 16 pairs share each B tile
   EXPECT_EQ(p.name(), "shrink=mma expand=mma");
+  EXPECT_EQ(p.ksplit, 1);  // 552 x 2 blocks fill the grid (and 8192 pairs: no split-K region)
   p = moe_heur::plan(mk(512, 2, 8, 4, 64, 4096, 14336, 2), true);
   EXPECT_EQ(p.shrink, Kernel::mma);  // 1024 pairs over 104 items
   EXPECT_EQ(p.expand, Kernel::mma);
   EXPECT_EQ(p.items_per_block, 1);   // 1024 pairs over 5 x 8 (slot, expert) runs: ~1.6 blocks each
+  EXPECT_EQ(p.ksplit, 3);            // 208 blocks -> 624
+  EXPECT_EQ(p.name(), "shrink=mma/k3 expand=mma");
   EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 64, 4096, 14336, 2), true).items_per_block, 2);  // rank 64
   EXPECT_EQ(moe_heur::plan(mk(512, 8, 128, 4, 16, 768, 2048, 1), true).items_per_block, 1);  // Qwen w2
   auto bs32 = mk(4096, 2, 8, 4, 16, 4096, 14336, 2);
   bs32.routing.block_size = 32;
   EXPECT_EQ(moe_heur::plan(bs32, true).items_per_block, 1);
   p = moe_heur::plan(mk(64, 2, 8, 4, 16, 4096, 14336, 2), true);
-  EXPECT_EQ(p.shrink, Kernel::rows);  // 128 pairs over 48 items: the row split spreads wider
+  EXPECT_EQ(p.shrink, Kernel::mma);  // 128 pairs over 48 items: split-K over 6 blocks each
+  EXPECT_EQ(p.ksplit, 6);
   EXPECT_EQ(p.expand, Kernel::mma);
+  // the split API has no room for the parts: the old rule (the row split spreads wider)
+  EXPECT_EQ(moe_heur::plan(mk(64, 2, 8, 4, 16, 4096, 14336, 2), true, false).name(), "shrink=rows expand=mma");
+  EXPECT_EQ(moe_heur::plan(mk(512, 2, 8, 4, 16, 4096, 14336, 2), true, false).name(), "shrink=mma expand=mma");
+  // Mixtral w2 (K = I = 14336): up to 16 parts of >= 512, the grid at 528 blocks
+  EXPECT_EQ(moe_heur::plan(mk(16, 2, 8, 4, 16, 14336, 4096, 1), true).name(), "shrink=mma/k16 expand=mma");
+  EXPECT_EQ(moe_heur::plan(mk(64, 2, 8, 4, 16, 14336, 4096, 1), true).ksplit, 11);  // 48 items
+  EXPECT_EQ(moe_heur::plan(mk(64, 2, 8, 4, 64, 14336, 4096, 1), true).ksplit, 11);
+  EXPECT_EQ(moe_heur::plan(mk(512, 2, 8, 4, 16, 14336, 4096, 1), true).ksplit, 6);   // 104 items
+  EXPECT_EQ(moe_heur::plan(mk(2048, 2, 8, 4, 16, 14336, 4096, 1), true).ksplit, 2);  // 4096 pairs: 2 parts fit
+  EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 16, 14336, 4096, 1), true).ksplit, 1);
+  // Qwen3-30B-A3B w13 T=64 (K 2048, E 128, k 8): 544 items x 2 slices already fill it; T=16 2 parts
+  p = moe_heur::plan(mk(64, 8, 128, 4, 16, 2048, 768, 2), true);
+  EXPECT_EQ(p.name(), "shrink=mma expand=mma");
+  EXPECT_EQ(p.items, 544);
+  EXPECT_EQ(moe_heur::plan(mk(16, 8, 128, 4, 16, 2048, 768, 2), true).ksplit, 2);
+  EXPECT_EQ(moe_heur::plan(mk(64, 2, 8, 4, 16, 1000, 4096, 1), true).ksplit, 1);  // K < 2 x 512
+  // the scratch: the intermediate, then tickets [S][2 M k] and parts [16 / 8 / ...][S][M k][r] fp32
+  EXPECT_EQ(moe_heur::split_max_parts(128), 16);
+  EXPECT_EQ(moe_heur::split_max_parts(1024), 8);
+  EXPECT_EQ(moe_heur::split_max_parts(8192), 1);
+  EXPECT_EQ(fused_moe_lora_workspace_bytes(64, 2, 1, 16, DType::bf16), 4096u + 1024u + 16u * 128 * 16 * 4);
+  EXPECT_EQ(fused_moe_lora_workspace_bytes(4096, 2, 2, 64, DType::bf16), 8192u * 2 * 64 * 2);  // no region
+  EXPECT_EQ(fused_moe_lora_workspace_bytes(64, 2, 1, 128, DType::bf16), 128u * 128 * 2);       // rank > 64
   p = moe_heur::plan(mk(1, 2, 8, 4, 16, 4096, 14336, 2), true);  // naive routing
   EXPECT_EQ(p.name(), "shrink=rows expand=rows");
   auto f32 = mk(4096, 2, 8, 4, 16, 4096, 14336, 2);
   f32.intermediate_dtype = DType::f32;  // not an mma operand
   EXPECT_EQ(moe_heur::plan(f32, true).expand, Kernel::rows);
+  EXPECT_EQ(moe_heur::plan(f32, true).shrink, Kernel::mma);  // fp32 parts rounded to fp32
   EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 128, 4096, 14336, 2), true).name(), "shrink=rows expand=rows");
   EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 200, 16, 4096, 14336, 2), true).expand, Kernel::rows);  // > 128 entries
   EXPECT_EQ(moe_heur::plan(mk(4096, 2, 8, 4, 16, 4096, 14336, 2), false).name(), "fused");

@@ -7,7 +7,8 @@
 // The split form runs the same kernel as shrink-only and expand-only through a global buffer.
 // The aligned path's split form (what the one call runs with scratch) has tensor-core kernels too
 // (heuristics.h picks): a block of 16 pairs of one (slot, expert) per mma.sync m16n8k16 tile, the
-// work items (slot entry, alignment block) packed densely so no block waits on an empty one.
+// work items (slot entry, alignment block) packed densely so no block waits on an empty one. The one
+// call's mma shrink splits K over blocks (fp32 parts in its scratch, the item's last block rounds).
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
 #include "kernels/fused_moe_lora/heuristics.h"
 
@@ -69,6 +70,9 @@ struct Params {
   int64_t wmax;   // mma kernels: work-item slots of the grid (a grid-stride loop covers the rest)
   int group;      // mma expand: consecutive work items per block (1: the one-item kernel)
   bool vec_y;     // 16-byte y accesses: the written columns start 8-aligned in 16-byte-aligned rows
+  int ksplit;     // mma shrink: K parts per work item (blockIdx.y); > 1 with the one call's scratch
+  float* part;    // split-K: [ksplit][S][numel][rA] fp32 part sums (scratch)
+  int* ticket;    // split-K: [S][gridDim.x] arrival counters, zeroed before the launch (scratch)
 };
 
 template <class T> __device__ __forceinline__ float tof(T v);
@@ -402,27 +406,52 @@ __device__ __forceinline__ int item_pairs(const Params& p, int64_t w, const int*
   return n;
 }
 
+// Split-K: the parts' fp32 sums go to the one call's scratch (ld.cg back: other blocks wrote them).
+__device__ __forceinline__ float ld_part(const float* q) {
+#ifdef PUNICA_BLOCK_EMU
+  return *q;
+#else
+  return __ldcg(q);
+#endif
+}
+__device__ __forceinline__ void fence_gpu() {
+#ifndef PUNICA_BLOCK_EMU
+  __threadfence();
+#endif
+}
+
 // Shrink-only: inter[s, pair, 0:rA] = round_I(A[l,e] . x[row(pair)]) for the item's pairs, zero past
 // the local true rank. Warps split K in 32-wide chunks (thread t holds k = 8t..8t+7 of each: a
-// 16-byte load of an x row and of an A row), then add their 16 x (8 NT) tiles in shared memory.
+// 16-byte load of an x row and of an A row), U chunks' loads in flight before their mma, then add
+// their 16 x (8 NT) tiles in shared memory. Split-K (p.ksplit > 1, blockIdx.y = part): a block
+// covers its part's chunks of K and stores the item's fp32 sums in the scratch
+// (part[kp][s][pair][j]); the item's last block (a ticket per (slice, item) in zeroed counters)
+// adds the parts in order 0..ksplit-1 and rounds them into the intermediate. Items past the grid
+// (never with the plan's item count) are done whole by part 0.
 template <class T, class TI, int NT>
 __global__ void __launch_bounds__(kMmaThreads, 4) moe_mma_shrink_kernel(Params p) {
+  constexpr int U = NT >= 8 ? 1 : NT >= 4 ? 2 : 4;  // chunks per warp in flight (registers)
   __shared__ int pre_sh[kMmaThreads], slot_sh[kMmaThreads];
   __shared__ int pairs_sh[kMoeLoraMaxBlockSize];
   __shared__ int npairs_sh;
+  __shared__ int last_sh;
   __shared__ float red_sh[kMmaWarps][kMmaRows][NT * 8 + 1];
   const int64_t total = work_prefix(p, pre_sh, slot_sh);
-  const int s = blockIdx.z;
+  const int s = blockIdx.z, kp = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T* x = static_cast<const T*>(p.x);
   const int64_t nkc = (p.K + 31) / 32;
+  const int64_t cps = (nkc + p.ksplit - 1) / p.ksplit;  // chunks per part
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    const bool split = p.ksplit > 1 && w < int64_t(gridDim.x);
+    if (!split && kp != 0) continue;  // uniform over the block
     int l, e;
     const int npairs = item_pairs(p, w, pre_sh, slot_sh, pairs_sh, &npairs_sh, l, e);
     if (npairs == 0) continue;
     const int rank_l = p.ranks ? p.ranks[l] : p.rB;
     const int rl = max(0, min(rank_l - p.a_off, p.rA));
     const T* A = static_cast<const T*>(p.A[s]) + int64_t(l) * p.a_lora_stride + int64_t(e) * p.a_expert_stride;
+    const int64_t kc_lo = split ? min(nkc, kp * cps) : 0, kc_hi = split ? min(nkc, kc_lo + cps) : nkc;
     for (int c0 = 0; c0 < npairs; c0 += kMmaRows) {
       const int cn = min(kMmaRows, npairs - c0);
       const T* xr0 = nullptr;
@@ -432,24 +461,36 @@ __global__ void __launch_bounds__(kMmaThreads, 4) moe_mma_shrink_kernel(Params p
       float acc[NT][4];
 #pragma unroll
       for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-#pragma unroll 2
-      for (int64_t kc = warp; kc < nkc; kc += kMmaWarps) {
-        const int64_t k = kc * 32 + t * 8;
-        uint4 xa = make_uint4(0u, 0u, 0u, 0u), xb = make_uint4(0u, 0u, 0u, 0u);
-        const bool kin = k < p.K;
-        if (kin && xr0) xa = ldg16(xr0 + k);
-        if (kin && xr1) xb = ldg16(xr1 + k);
-        const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
-        const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
+      const T* arow = A + int64_t(g) * p.K;  // this thread's A rows: n * 8 + g, 8 K apart
+      const int64_t astep = int64_t(8) * p.K;
+      const int K = int(p.K), hi = int(kc_hi);
+      for (int kb = int(kc_lo) + warp; kb < hi; kb += kMmaWarps * U) {
+        uint4 xa[U], xb[U], av[U][NT];
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          if (n * 8 < rl) {
-            const int j = n * 8 + g;
-            uint4 av = make_uint4(0u, 0u, 0u, 0u);
-            if (kin && j < rl) av = ldg16(A + int64_t(j) * p.K + k);
-            const uint32_t b0[2] = {av.x, av.y}, b1[2] = {av.z, av.w};
-            mma16816<T>(acc[n], a0, b0);
-            mma16816<T>(acc[n], a1, b1);
+        for (int u = 0; u < U; ++u) {
+          const int kc = kb + u * kMmaWarps, k = kc * 32 + t * 8;
+          const bool kin = kc < hi && k < K;
+          xa[u] = make_uint4(0u, 0u, 0u, 0u);
+          xb[u] = make_uint4(0u, 0u, 0u, 0u);
+          if (kin && xr0) xa[u] = ldg16(xr0 + k);
+          if (kin && xr1) xb[u] = ldg16(xr1 + k);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            av[u][n] = make_uint4(0u, 0u, 0u, 0u);
+            if (n * 8 + g < rl && kin) av[u][n] = ldg16(arow + n * astep + k);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const uint32_t a0[4] = {xa[u].x, xb[u].x, xa[u].y, xb[u].y};
+          const uint32_t a1[4] = {xa[u].z, xb[u].z, xa[u].w, xb[u].w};
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            if (n * 8 < rl) {
+              const uint32_t b0[2] = {av[u][n].x, av[u][n].y}, b1[2] = {av[u][n].z, av[u][n].w};
+              mma16816<T>(acc[n], a0, b0);
+              mma16816<T>(acc[n], a1, b1);
+            }
           }
         }
       }
@@ -467,9 +508,27 @@ __global__ void __launch_bounds__(kMmaThreads, 4) moe_mma_shrink_kernel(Params p
 #pragma unroll
         for (int ww = 0; ww < kMmaWarps; ++ww) v += red_sh[ww][q][j];
         const int64_t pr = pairs_sh[c0 + q];
-        static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
+        if (split) p.part[((int64_t(kp) * p.S + s) * p.numel + pr) * p.rA + j] = v;
+        else static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
       }
       __syncthreads();
+    }
+    if (split) {
+      // the threadFenceReduction pattern: every part's sums visible before its ticket
+      fence_gpu();
+      __syncthreads();
+      if (threadIdx.x == 0) last_sh = atomicAdd(&p.ticket[int64_t(s) * gridDim.x + w], 1) == p.ksplit - 1;
+      __syncthreads();
+      if (last_sh) {
+        fence_gpu();
+        for (int idx = threadIdx.x; idx < npairs * p.rA; idx += kMmaThreads) {
+          const int q = idx / p.rA, j = idx % p.rA;
+          const int64_t pr = pairs_sh[q];
+          float v = 0.f;
+          for (int k2 = 0; k2 < p.ksplit; ++k2) v += ld_part(p.part + ((int64_t(k2) * p.S + s) * p.numel + pr) * p.rA + j);
+          static_cast<TI*>(p.inter)[(int64_t(s) * p.numel + pr) * p.rA + j] = fromf<TI>(v);
+        }
+      }
     }
   }
 }
@@ -753,6 +812,7 @@ Params make_params(const FusedMoeLoraArgs& a, int mode) {
   Params p{};
   p.numel = a.num_tokens * a.top_k;
   if (p.numel >= (int64_t(1) << 31)) usage("too many pairs");
+  if (a.hidden >= (int64_t(1) << 30)) usage("hidden too large");
   p.top_k = a.top_k;
   p.K = a.hidden;
   p.x = a.x;
@@ -891,7 +951,7 @@ void launch_typed(const Params& p, int mode, int S, cudaStream_t st, bool pdl) {
 
 template <class T, class TI>
 void launch_mma(const Params& p, int mode, cudaStream_t st, bool pdl) {
-  const dim3 grid(unsigned(std::max<int64_t>(1, p.wmax)), unsigned(p.nz), unsigned(p.S));
+  const dim3 grid(unsigned(std::max<int64_t>(1, p.wmax)), unsigned(mode == kShrinkOnly ? p.ksplit : p.nz), unsigned(p.S));
   if (mode == kShrinkOnly) {
     if (p.rA <= 16) launch_params(moe_mma_shrink_kernel<T, TI, 2>, grid, kMmaThreads, 0, st, pdl, p);
     else if (p.rA <= 32) launch_params(moe_mma_shrink_kernel<T, TI, 4>, grid, kMmaThreads, 0, st, pdl, p);
@@ -918,13 +978,39 @@ bool mma_aligned(const FusedMoeLoraArgs& a, int mode) {
   return ok;
 }
 
-void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true, bool pdl = false) {
+// The one call's scratch (fused_moe_lora_workspace_bytes): the intermediate [S, M k, r], then for
+// the split-K shrink (rank <= 64, fewer than kSplitSlots pairs) the tickets [S][2 M k] (a plan's
+// items never pass 2 M k: ceil(M k / bs) + min(M k, entries E)) and the parts [parts][S][M k][r]
+// fp32, each region 256-byte aligned.
+struct ScratchLayout {
+  std::size_t ticket = 0, part = 0, total = 0;
+  int parts = 1;  // split-K parts the region holds per pair (1: no region)
+};
+std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
+ScratchLayout scratch_layout(int64_t num_tokens, int top_k, int num_slices, int max_rank, DType inter_dtype) {
+  ScratchLayout r;
+  const std::size_t numel = std::size_t(std::max<int64_t>(num_tokens, 0)) * std::size_t(std::max(top_k, 0));
+  const std::size_t S = std::size_t(std::max(num_slices, 0)), R = std::size_t(std::max(max_rank, 0));
+  r.total = numel * S * R * dtype_size(inter_dtype);
+  const int parts = moe_heur::split_max_parts(int64_t(numel));
+  if (numel == 0 || parts <= 1 || max_rank > moe_heur::kMmaMaxRank) return r;
+  r.parts = parts;
+  r.ticket = align256(r.total);
+  r.part = align256(r.ticket + S * 2 * numel * sizeof(int));
+  r.total = r.part + std::size_t(parts) * S * numel * R * sizeof(float);
+  return r;
+}
+
+// `scratch`: a.intermediate is the one call's scratch (split-K may use its tail).
+void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true, bool pdl = false,
+         bool scratch = false) {
   Params p = make_params(a, mode);
   p.S = a.num_slices;
   p.rows = p.rA;
   p.kparts = 1;
+  p.ksplit = 1;
   p.nent = a.routing.lora_ids ? a.max_loras + 1 : a.max_loras;
-  const moe_heur::Plan plan = moe_heur::plan(a, mode != kFused);
+  const moe_heur::Plan plan = moe_heur::plan(a, mode != kFused, scratch);
   const bool mma = mode != kFused && mma_aligned(a, mode) &&
                    (mode == kShrinkOnly ? plan.shrink : plan.expand) == moe_heur::Kernel::mma;
   if (mma) {
@@ -932,6 +1018,12 @@ void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true
     p.vec_y = aligned16(a.y) && p.ldy % 8 == 0 && a.offset % 8 == 0 && a.slice_width % 8 == 0;
     if (mode == kShrinkOnly) {
       p.nz = 1;
+      const ScratchLayout sl = scratch_layout(a.num_tokens, a.top_k, a.num_slices, a.max_rank, a.inter_dtype());
+      if (scratch && plan.ksplit > 1 && plan.ksplit <= sl.parts && p.wmax <= 2 * p.numel && p.rA == p.rB) {
+        p.ksplit = plan.ksplit;
+        p.ticket = reinterpret_cast<int*>(static_cast<char*>(a.intermediate) + sl.ticket);
+        p.part = reinterpret_cast<float*>(static_cast<char*>(a.intermediate) + sl.part);
+      }
     } else {
       const int64_t tiles = (p.N + kExpandCols - 1) / kExpandCols;
       const int64_t groups = std::max<int64_t>(1, (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block);
@@ -949,6 +1041,8 @@ void run(const FusedMoeLoraArgs& a, int mode, cudaStream_t st, bool clear = true
                                       std::size_t(a.num_slices) * p.numel * p.rA * dtype_size(a.inter_dtype()), st));
   if (p.numel == 0 || p.L == 0 || p.E == 0) return;
   if (!p.naive && p.Q == 0) return;
+  if (p.ksplit > 1)  // the split-K tickets start at 0 (a memset node: graph capturable)
+    PUNICA_CUDA_CHECK(cudaMemsetAsync(p.ticket, 0, std::size_t(p.S) * std::size_t(p.wmax) * sizeof(int), st));
   const bool h = a.dtype == DType::f16;
   if (mma) {
     switch (a.inter_dtype()) {
@@ -980,7 +1074,7 @@ bool fused_use_split(const FusedMoeLoraArgs& a) { return a.intermediate != nullp
 void launch_add_lora_fused_moe(const FusedMoeLoraArgs& a, cudaStream_t st) {
   if (!fused_use_split(a)) { run(a, kFused, st); return; }
   (void)make_params(a, kFused);  // the one-call form's argument rules
-  run(a, kShrinkOnly, st, /*clear=*/false);
+  run(a, kShrinkOnly, st, /*clear=*/false, /*pdl=*/false, /*scratch=*/true);
   run(a, kExpandOnly, st, /*clear=*/true, /*pdl=*/true);
 }
 void launch_fused_moe_lora_shrink(const FusedMoeLoraArgs& a, cudaStream_t st) { run(a, kShrinkOnly, st); }
@@ -988,8 +1082,7 @@ void launch_fused_moe_lora_expand(const FusedMoeLoraArgs& a, cudaStream_t st) { 
 
 std::size_t fused_moe_lora_workspace_bytes(int64_t num_tokens, int top_k, int num_slices, int max_rank,
                                            DType inter_dtype) {
-  return std::size_t(std::max<int64_t>(num_tokens, 0)) * std::size_t(std::max(top_k, 0)) *
-         std::size_t(std::max(num_slices, 0)) * std::size_t(std::max(max_rank, 0)) * dtype_size(inter_dtype);
+  return scratch_layout(num_tokens, top_k, num_slices, max_rank, inter_dtype).total;
 }
 
 MoeLoraRoutingElems moe_lora_w13_routing_elems(int64_t max_tokens, int top_k, int num_experts_k, int block_size,

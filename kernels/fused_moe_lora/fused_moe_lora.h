@@ -64,7 +64,8 @@ struct FusedMoeLoraArgs {
   bool add_inputs = true;
   void* intermediate = nullptr;           // split form: [S, M, k, a_rank] (shrink) / [S, M, k, max_rank]
                                           // (expand), intermediate_dtype. One call: optional scratch of
-                                          // fused_moe_lora_workspace_bytes (clobbered; spreads the work)
+                                          // fused_moe_lora_workspace_bytes (clobbered; spreads the work;
+                                          // 16-byte aligned for the tensor-core kernels)
 };
 
 // One call: shrink and expand fused, the intermediate kept on chip.
@@ -72,7 +73,10 @@ struct FusedMoeLoraArgs {
 // lora_ids entries must be distinct (each slot's pairs are visited once per entry).
 // With `intermediate` set it runs as shrink + column-tiled expand through it (same y bits).
 void launch_add_lora_fused_moe(const FusedMoeLoraArgs& args, cudaStream_t stream);
-// Bytes of the one call's optional scratch: S * M * k * max_rank of intermediate_dtype.
+// Bytes of the one call's optional scratch: S * M * k * max_rank of intermediate_dtype (the
+// intermediate), then, where max_rank <= 64 and M * k < 8192, the split-K shrink's tickets and fp32
+// part sums (S * M * k * (8 + 4 * max_rank * parts) bytes, parts = min(16, 8192 / (M * k)), regions
+// 256-byte aligned): at most S * (8 M k + 32768 max_rank) bytes more.
 std::size_t fused_moe_lora_workspace_bytes(int64_t num_tokens, int top_k, int num_slices, int max_rank,
                                            DType inter_dtype);
 // The fully-sharded split, so a collective can run between the halves. Shrink OVERWRITES the whole

@@ -100,10 +100,9 @@ void run_fused_case(const MoeCase& c, bool split = true) {
   EXPECT_EQ(compare_y(got, yref, p.y0, written, rtol_for(c.dtype), rep), 0u) << rep;
   EXPECT_TRUE(d.inputs_intact()) << "an input buffer's guard changed";
   {
-    // One call through the scratch (row/K-split shrink + column-tiled expand); the K split sums in
-    // another order, so against the reference.
-    Tensor ws(c.inter, std::max<std::size_t>(1, std::size_t(c.S) * p.numel * p.R));
-    for (std::size_t i = 0; i < ws.n; ++i) ws.set(i, NAN);
+    // One call through the scratch (row/K-split shrink or the split-K mma shrink, then the
+    // column-tiled expand); the K split sums in another order, so against the reference.
+    Tensor ws = scratch_tensor(p);
     GuardedBuf gw = guarded(ws), gy3 = guarded(p.y0);
     FusedMoeLoraArgs a3 = a;
     a3.intermediate = gw.ptr();
@@ -353,6 +352,16 @@ std::vector<MoeCase> tile_cases() {
   c.name = "mma_r64_f16_bs64_scalar_y"; c.dtype = c.inter = DType::f16; c.M = 1500; c.k = 4; c.E = 16; c.w2 = false;
   c.S = 2; c.ranks = {64, 48, 64}; c.K = 256; c.N = 1000; c.offset = 0; c.add_inputs = true; c.nan_pad = true;
   c.shared_b = false; c.bs = 64; v.push_back(c);
+  // The one call's split-K mma shrink (K >= 1024): Mixtral w2's K at decode, mixed ranks 1 / 17 / 64,
+  // K not a multiple of 32 or of the parts, block sizes 32 / 64 with many pairs, an fp32 intermediate.
+  c.name = "splitk_w2_K14336_T16"; c.dtype = c.inter = DType::bf16; c.M = 16; c.k = 2; c.E = 8; c.w2 = true; c.S = 1;
+  c.K = 14336; c.N = 520; c.ranks = {16, 16, 16, 16}; c.none_pct = 0; c.nan_pad = false; c.bs = 16; v.push_back(c);
+  c.name = "splitk_w2_mixed_r64_nan"; c.M = 64; c.K = 4104; c.ranks = {64, 17, 1, 0}; c.nan_pad = true; c.offset = 8;
+  c.add_inputs = false; v.push_back(c);
+  c.name = "splitk_w13_bs32_f32inter"; c.inter = DType::f32; c.M = 200; c.w2 = false; c.S = 2; c.K = 2056; c.N = 264;
+  c.ranks = {16, 9, 16}; c.offset = 0; c.add_inputs = true; c.nan_pad = false; c.bs = 32; v.push_back(c);
+  c.name = "splitk_bs64_f16"; c.dtype = c.inter = DType::f16; c.M = 300; c.E = 2; c.K = 1544; c.ranks = {32, 17};
+  c.bs = 64; v.push_back(c);
   return v;
 }
 class FusedMoeLoraTiles : public ::testing::TestWithParam<MoeCase> {};

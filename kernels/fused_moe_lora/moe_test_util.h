@@ -280,6 +280,15 @@ inline std::vector<MoeCase> odd_fused_cases() {
   return v;
 }
 
+// The one call's scratch (fused_moe_lora_workspace_bytes: the intermediate, then the split-K
+// shrink's tickets and fp32 parts) as a NaN-poisoned tensor of intermediate_dtype.
+inline Tensor scratch_tensor(const MoeProblem& p) {
+  const std::size_t bytes = fused_moe_lora_workspace_bytes(p.c.M, p.c.k, p.c.S, p.R, p.c.inter);
+  Tensor ws(p.c.inter, std::max<std::size_t>(1, (bytes + dtype_size(p.c.inter) - 1) / dtype_size(p.c.inter)));
+  for (std::size_t i = 0; i < ws.n; ++i) ws.set(i, NAN);
+  return ws;
+}
+
 // The DESIGN §6 comparison (kernels/common/check.h, the kit the bench and every test share) over the
 // written elements; the others must stay bit-equal to y0. Returns the number of wrong elements and
 // appends a report.

@@ -2,9 +2,11 @@
 // Eigen reference: the alignment's order-free contract, the fused op's one call and split (the
 // intermediate and a bit-equal y), NaN padding, add_lora_w13 / add_lora_w2 with the path rule, on the
 // GPU tests' odd-shape grid (moetest::odd_fused_cases) and a few more. Exit 1 on any failure.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include "kernels/fused_moe_lora/fused_moe_lora.h"
+#include "kernels/fused_moe_lora/heuristics.h"
 #include "kernels/fused_moe_lora/moe_test_util.h"
 #include "reference/moe_reference.h"
 using namespace punica::kernels;
@@ -51,15 +53,31 @@ void fused_case(const MoeCase& c) {
   const auto written = written_mask(p);
   CHECK(compare_y(ygot, yref, p.y0, written, rtol_for(c.dtype), rep) == 0, "one call:" + rep);
   {
-    // one call through the scratch (row/K-split shrink + column-tiled expand); the K split sums in
-    // another order, so against the reference, not bit-equal to the fused kernel
-    Tensor ws(c.inter, std::size_t(c.S) * p.numel * p.R);
-    for (std::size_t i = 0; i < ws.n; ++i) ws.set(i, NAN);
+    // one call through the scratch (row/K-split shrink, split-K mma shrink + column-tiled expand);
+    // the K split sums in another order, so against the reference, not bit-equal to the fused kernel
+    Tensor ws = scratch_tensor(p);
     Tensor y3 = p.y0;
     auto g3 = p.args(y3.data()); g3.routing = er.r; g3.intermediate = ws.data();
     launch_add_lora_fused_moe(g3, nullptr);
     std::string rep3;
     CHECK(compare_y(y3, yref, p.y0, written, rtol_for(c.dtype), rep3) == 0, "one call with scratch:" + rep3);
+    {  // the scratch's head is the intermediate: rows the shrink visited (not NaN) as the reference's
+      Tensor rint(c.inter, std::size_t(c.S) * p.numel * p.R);
+      auto h3 = h; h3.intermediate = rint.data(); ref::fused_moe_lora_shrink(h3);
+      const std::size_t row = std::size_t(p.R);
+      std::size_t bad = 0, seen = 0;
+      for (std::size_t r0 = 0; r0 < rint.n; r0 += row) {
+        bool any = false;
+        for (std::size_t j = 0; j < row; ++j) any = any || !std::isnan(ws.get(r0 + j));
+        if (!any) continue;
+        ++seen;
+        for (std::size_t j = 0; j < row; ++j) {
+          const double gv = ws.get(r0 + j), rv = rint.get(r0 + j);
+          if (!(std::fabs(gv - rv) <= 1e-2 * (1.0 + std::fabs(rv)))) ++bad;
+        }
+      }
+      CHECK(bad == 0 && (seen > 0 || p.numel == 0 || c.naive), "scratch intermediate: " + std::to_string(bad) + " wrong of " + std::to_string(seen) + " rows");
+    }
   }
   // split
   Tensor inter(c.inter, std::size_t(c.S) * p.numel * p.R);
@@ -141,6 +159,34 @@ int main(int argc, char** argv) {
     c.w2 = false; c.S = 2; c.offset = 0; c.add_inputs = true;
     c.name = "tiles_fused_recompute"; c.add_inputs = true; c.offset = 0; c.K = 8; c.N = 1031; c.ranks = {8, 5}; fused_case(c);
   }
+  {
+    // the split-K mma shrink of the one call (K >= 1024: >= 2 parts of >= 512): K not a multiple of
+    // 32 or of the parts, ranks 1 / 17 / 64 mixed, block sizes 16 / 32 / 64, few and many pairs per
+    // block, f32 and f16 intermediates, NaN padding, expert_map, lora_ids with a skipped slot
+    auto sk = [&](MoeCase c, int want_min_parts) {
+      MoeProblem p = make_problem(c);
+      FusedMoeLoraArgs a = p.args(nullptr);
+      a.routing = ref_align(p);
+      const auto pl = punica::kernels::moe_heur::plan(a, true);
+      std::printf("%s: %s\n", c.name.c_str(), pl.name().c_str());
+      CHECK(pl.ksplit >= want_min_parts, "plan " + pl.name());
+      fused_case(c);
+    };
+    MoeCase c; c.none_pct = 10; c.disabled = {};
+    c.name = "splitk_w2_r64mix"; c.w2 = true; c.S = 1; c.M = 12; c.k = 2; c.E = 8; c.K = 4104; c.N = 40;
+    c.ranks = {17, 1, 64, 0}; c.bs = 16; sk(c, 8);
+    c.name = "splitk_w2_r64mix_nan_noadd"; c.nan_pad = true; c.add_inputs = false; c.offset = 8; sk(c, 8);
+    c.nan_pad = false; c.add_inputs = true; c.offset = 0;
+    c.name = "splitk_w13_bs32"; c.w2 = false; c.S = 2; c.M = 40; c.E = 4; c.K = 1032; c.N = 24; c.ranks = {16, 9};
+    c.bs = 32; sk(c, 2);
+    c.name = "splitk_bs64_many"; c.M = 150; c.E = 2; c.K = 2056; c.ranks = {32, 17}; c.bs = 64; c.N = 16; sk(c, 4);
+    c.name = "splitk_f16_f32inter_emap"; c.dtype = punica::kernels::DType::f16; c.inter = punica::kernels::DType::f32;
+    c.M = 20; c.E = 8; c.bs = 16; c.K = 1544; c.ranks = {64, 1, 33}; c.expert_map = true; c.lora_ids_mode = 2;
+    c.oor_pct = 10; c.disabled = {1}; c.shared_a = true; sk(c, 3);
+    c.name = "splitk_f16_rank1"; c.inter = c.dtype; c.expert_map = false; c.lora_ids_mode = 1; c.oor_pct = 0;
+    c.disabled = {}; c.shared_a = false; c.M = 6; c.k = 1; c.E = 2; c.K = 1024; c.ranks = {1}; c.S = 1; sk(c, 2);
+  }
+  std::printf("split-K done: %d checks, %d fails\n", total, fails);
   for (int M : {100, 4096})  // vLLM's alignment matrix corners (SPEC §6.4)
     for (int E : {64, 512})
       for (int L : {2, 32}) {
