@@ -76,22 +76,20 @@ __device__ __forceinline__ const T* wmat(const int64_t* tab, int idx, int64_t st
 }
 __device__ __forceinline__ bool al16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// sum_j u[j] * b[j] for j < r (b: a B row; 16-byte loads while 8 elements fit and b is aligned).
+// 8 elements from src (n valid, zero past them; zeros when src is null) as one 16-byte value.
 template <class T>
-__device__ __forceinline__ float dot_b(const float* u, const T* b, int r) {
-  float acc = 0.f;
-  int j = 0;
-  if (al16(b))
-    for (; j + 8 <= r; j += 8) {
-      float v[8];
-      elem::load_vec(b + j, v);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) acc += u[j + q] * v[q];
+__device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (src && n > 0) {
+    if (n >= 8 && al16(src)) {
+      v = __ldg(reinterpret_cast<const uint4*>(src));
+    } else {
+      T* e = reinterpret_cast<T*>(&v);
+      for (int q = 0; q < 8 && q < n; ++q) e[q] = src[q];
     }
-  for (; j < r; ++j) acc += u[j] * to_f(__ldg(b + j));
-  return acc;
+  }
+  return v;
 }
-
 // Stores y[0 .. min(8, n)) at o: one 16-byte store (two for fp32) when whole and aligned.
 template <class TO>
 __device__ __forceinline__ void store_cols(TO* o, const float (&y)[kCols], int64_t n) {
@@ -158,7 +156,10 @@ __global__ void __launch_bounds__(kThreads) shrink_pairs_kernel(Common c, T* u, 
 }
 
 // gemm1 expand: blockIdx.x = pair, blockIdx.y = a tile of kExpThreads*kCols columns of the pair's
-// S*N-wide row. Every column is written (0 for a pair without a delta).
+// S*N-wide row. Every column is written (0 for a pair without a delta). The thread's 8 B rows are
+// read 16 rank elements at a time, all 16 loads issued before their FMAs: a decode step's expand is
+// a few latency-bound rounds, not one per column (4df5ced walked the columns one after another:
+// Qwen T = 1 10.6 µs back to back against a 0.3 µs floor).
 template <class T, class TO>
 __global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, const T* u, TO* out, int64_t ld) {
   extern __shared__ float us[];  // [S][rank_l]
@@ -173,15 +174,36 @@ __global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, con
     for (int i = threadIdx.x; i < c.S * r; i += kExpThreads)
       us[i] = to_f(u[(int64_t(i / r) * c.P + p) * c.R + i % r]);
     __syncthreads();
+    const T* b[kCols];
+    int so[kCols];
 #pragma unroll
     for (int q = 0; q < kCols; ++q) {
       const int64_t col = c0 + q;
-      if (col < W) {
-        const int s = int(col / c.N);
-        const T* b = wmat<T>(c.tb, s * c.E + e, c.sb, l) + (col % c.N) * c.R;
-        y[q] = c.scale * dot_b(us + s * r, b, r);
-      }
+      const int s = col < W ? int(col / c.N) : 0;
+      b[q] = col < W ? wmat<T>(c.tb, s * c.E + e, c.sb, l) + (col % c.N) * c.R : nullptr;
+      so[q] = s * r;
     }
+    for (int j0 = 0; j0 < r; j0 += 16) {
+      uint4 v[2][kCols];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < kCols; ++q) v[h][q] = load8(b[q] ? b[q] + j0 + 8 * h : nullptr, r - j0 - 8 * h);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < kCols; ++q) {
+          float f[8];
+          elem::unpack<T>(v[h][q], f);
+          const float* uu = us + so[q] + j0 + 8 * h;
+          const int n = min(8, r - j0 - 8 * h);  // past the rank the loads are zeros; u is not read
+#pragma unroll
+          for (int e8 = 0; e8 < 8; ++e8)
+            if (e8 < n) y[q] += uu[e8] * f[e8];
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) y[q] *= c.scale;
   }
   if (c0 < W) store_cols(out + p * ld + c0, y, W - c0);
 }
@@ -294,20 +316,6 @@ inline int grouped_kc(int bm, int sr_max, int64_t K, std::size_t tsize) {
   return kc;
 }
 
-// 8 elements from src (n valid, zero past them; zeros when src is null) as one 16-byte value.
-template <class T>
-__device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (src && n > 0) {
-    if (n >= 8 && al16(src)) {
-      v = __ldg(reinterpret_cast<const uint4*>(src));
-    } else {
-      T* e = reinterpret_cast<T*>(&v);
-      for (int q = 0; q < 8 && q < n; ++q) e[q] = src[q];
-    }
-  }
-  return v;
-}
 // The same into 16-byte aligned shared memory.
 template <class T>
 __device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
