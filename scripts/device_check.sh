@@ -8,12 +8,13 @@
 # full  : the full vLLM kernel grid checked (--sample-rows, 12 parallel shards -> check_vllm_grid.tgz),
 #         the model-shaped scenarios timed.
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
+# moe   : bench_moe.json timed, decode and prefill apart (issue 44's MoE ops, 2 result JSONs).
 # moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
-OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid moe_delta micro layers)}
+OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid moe moe_delta micro layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
@@ -79,6 +80,14 @@ case "$PROFILE" in
     step check_ci_moe $PB check --backend cuda -q --nan-padding scenarios/ci_moe.json
     step check_ci_moe_delta $PB check --backend cuda -q --nan-padding scenarios/ci_moe_delta.json
     ;;
+  moe)
+    # issue 44: the MoE LoRA ops (alignment, fused, add_lora_w13 / w2) on the model presets, timed,
+    # decode (T <= 64) and prefill (T 512, 4096) apart: each step its own time cap and result file
+    step bench_moe_decode $PB run --backend cuda --sample-rows 64 -f '/num_requests=(1|16|64)/' \
+      -o "$OUT/bench_moe_decode.json" --overwrite scenarios/bench_moe.json
+    step bench_moe_prefill $PB run --backend cuda --sample-rows 64 -f '/num_requests=(512|4096)/' \
+      -o "$OUT/bench_moe_prefill.json" --overwrite scenarios/bench_moe.json
+    ;;
   moe_delta)
     # issue 45: FlashInfer's MoE LoRA deltas on the MoE presets, decode and prefill, timed
     # (decode and prefill apart: each step has its own time cap and result file)
@@ -115,8 +124,12 @@ case "$PROFILE" in
     step bench_sparse_slots $PB run --backend cuda --sample-rows 64 -o "$OUT/bench_sparse_slots.json" --overwrite scenarios/bench_sparse_slots.json
     ;;
   offgrid)
-    # issue 47: ranks 8-512 and mixed sets, shapes and token counts off the tuned grid, 504 cases
-    step bench_offgrid $PB run --backend cuda --sample-rows 64 -o "$OUT/bench_offgrid.json" --overwrite scenarios/bench_offgrid.json
+    # issue 47: ranks 8-512 and mixed sets, shapes and token counts off the tuned grid, 504 cases in
+    # two steps of 252 (one step of all 504 ran past its 300 s cap at case 497 on the H200)
+    step bench_offgrid_a $PB run --backend cuda --sample-rows 64 -f '^(down_14336|llama_gate_up)/' \
+      -o "$OUT/bench_offgrid_a.json" --overwrite scenarios/bench_offgrid.json
+    step bench_offgrid_b $PB run --backend cuda --sample-rows 64 -f '^(qwen_qkv|wide_5120)/' \
+      -o "$OUT/bench_offgrid_b.json" --overwrite scenarios/bench_offgrid.json
     ;;
   micro)
     # Its own step (and timeout): as a bare command in a call it once ran past a 90 s cap.

@@ -76,22 +76,20 @@ __device__ __forceinline__ const T* wmat(const int64_t* tab, int idx, int64_t st
 }
 __device__ __forceinline__ bool al16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// sum_j u[j] * b[j] for j < r (b: a B row; 16-byte loads while 8 elements fit and b is aligned).
+// 8 elements from src (n valid, zero past them; zeros when src is null) as one 16-byte value.
 template <class T>
-__device__ __forceinline__ float dot_b(const float* u, const T* b, int r) {
-  float acc = 0.f;
-  int j = 0;
-  if (al16(b))
-    for (; j + 8 <= r; j += 8) {
-      float v[8];
-      elem::load_vec(b + j, v);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) acc += u[j + q] * v[q];
+__device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (src && n > 0) {
+    if (n >= 8 && al16(src)) {
+      v = __ldg(reinterpret_cast<const uint4*>(src));
+    } else {
+      T* e = reinterpret_cast<T*>(&v);
+      for (int q = 0; q < 8 && q < n; ++q) e[q] = src[q];
     }
-  for (; j < r; ++j) acc += u[j] * to_f(__ldg(b + j));
-  return acc;
+  }
+  return v;
 }
-
 // Stores y[0 .. min(8, n)) at o: one 16-byte store (two for fp32) when whole and aligned.
 template <class TO>
 __device__ __forceinline__ void store_cols(TO* o, const float (&y)[kCols], int64_t n) {
@@ -158,7 +156,10 @@ __global__ void __launch_bounds__(kThreads) shrink_pairs_kernel(Common c, T* u, 
 }
 
 // gemm1 expand: blockIdx.x = pair, blockIdx.y = a tile of kExpThreads*kCols columns of the pair's
-// S*N-wide row. Every column is written (0 for a pair without a delta).
+// S*N-wide row. Every column is written (0 for a pair without a delta). The thread's 8 B rows are
+// read 16 rank elements at a time, all 16 loads issued before their FMAs: a decode step's expand is
+// a few latency-bound rounds, not one per column (4df5ced walked the columns one after another:
+// Qwen T = 1 10.6 µs back to back against a 0.3 µs floor).
 template <class T, class TO>
 __global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, const T* u, TO* out, int64_t ld) {
   extern __shared__ float us[];  // [S][rank_l]
@@ -173,15 +174,36 @@ __global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, con
     for (int i = threadIdx.x; i < c.S * r; i += kExpThreads)
       us[i] = to_f(u[(int64_t(i / r) * c.P + p) * c.R + i % r]);
     __syncthreads();
+    const T* b[kCols];
+    int so[kCols];
 #pragma unroll
     for (int q = 0; q < kCols; ++q) {
       const int64_t col = c0 + q;
-      if (col < W) {
-        const int s = int(col / c.N);
-        const T* b = wmat<T>(c.tb, s * c.E + e, c.sb, l) + (col % c.N) * c.R;
-        y[q] = c.scale * dot_b(us + s * r, b, r);
-      }
+      const int s = col < W ? int(col / c.N) : 0;
+      b[q] = col < W ? wmat<T>(c.tb, s * c.E + e, c.sb, l) + (col % c.N) * c.R : nullptr;
+      so[q] = s * r;
     }
+    for (int j0 = 0; j0 < r; j0 += 16) {
+      uint4 v[2][kCols];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < kCols; ++q) v[h][q] = load8(b[q] ? b[q] + j0 + 8 * h : nullptr, r - j0 - 8 * h);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < kCols; ++q) {
+          float f[8];
+          elem::unpack<T>(v[h][q], f);
+          const float* uu = us + so[q] + j0 + 8 * h;
+          const int n = min(8, r - j0 - 8 * h);  // past the rank the loads are zeros; u is not read
+#pragma unroll
+          for (int e8 = 0; e8 < 8; ++e8)
+            if (e8 < n) y[q] += uu[e8] * f[e8];
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) y[q] *= c.scale;
   }
   if (c0 < W) store_cols(out + p * ld + c0, y, W - c0);
 }
@@ -250,6 +272,10 @@ __global__ void __launch_bounds__(kThreads) expand2_pairs_kernel(Common c, const
 }
 
 // ---------------- grouped path ----------------
+// Two kernels over the alignment blocks (16-64 pairs of one adapter and expert): the shrink, grid
+// (block, slot, K split), writes the fp32 intermediate u[pair, s*rp + j] (atomic partial sums with a
+// K split); the expand, grid (block, slot, column split), loads its rows of u rounded to the LoRA
+// dtype (FlashInfer's rank-r intermediate) and walks its share of the column tiles.
 struct Grouped {
   Common c;
   int bm;                // pairs per block (the alignment's block size)
@@ -257,49 +283,39 @@ struct Grouped {
   const int32_t* sorted;
   const int32_t* eids;
   const int32_t* ntpp;
+  float* u;              // [P, sr_max] fp32 intermediate
   void* out;             // gemm1: [P, ld]
   int64_t ld;
   float* acc;            // gemm2: [T, N] fp32
   const float* w;        // gemm2: routing weights [T*k]
   int sr_max;            // S * round16(R): the shared-memory plan
   int kc;                // K per shrink stage (64, 128 or 256: as many bytes in flight as 2 blocks per SM hold)
+  int64_t ksz;           // K per shrink split (a multiple of 64)
+  bool atomic_u;         // k_split > 1: u zeroed beforehand, partials added
+  int64_t tiles_per_z;   // expand: column tiles per block
 };
 
-// Shared-memory elements of the grouped kernel's regions (host and device agree).
+// Shared-memory elements of the grouped kernels' regions (host and device agree).
 __host__ __device__ constexpr int64_t g_x_elems(int bm, int kc) { return int64_t(bm) * (kc + kPad); }
-__host__ __device__ constexpr int64_t g_a_elems(int sr_max, int S, int kc) {
-  return int64_t(sr_max) * (kc + kPad) > int64_t(kNT) * (sr_max / S + kPad) ? int64_t(sr_max) * (kc + kPad)
-                                                                            : int64_t(kNT) * (sr_max / S + kPad);
-}
+__host__ __device__ constexpr int64_t g_a_elems(int sr_max, int kc) { return int64_t(sr_max) * (kc + kPad); }
+__host__ __device__ constexpr int64_t g_b_elems(int sr_max, int S) { return int64_t(kNT) * (sr_max / S + kPad); }
 __host__ __device__ constexpr int64_t g_u_elems(int bm, int sr_max) { return int64_t(bm) * (sr_max + kPad); }
 constexpr int kOLd = kNT + 4;  // fp32 staging row (16-byte aligned rows)
-inline std::size_t grouped_smem_bytes(int bm, int sr_max, int S, int kc, std::size_t tsize) {
-  return std::size_t(g_x_elems(bm, kc) + g_a_elems(sr_max, S, kc) + g_u_elems(bm, sr_max)) * tsize +
-         std::size_t(bm) * kOLd * 4;
+inline std::size_t shrink_smem_bytes(int bm, int sr_max, int kc, std::size_t tsize) {
+  return std::size_t(g_x_elems(bm, kc) + g_a_elems(sr_max, kc)) * tsize;
+}
+inline std::size_t expand_smem_bytes(int bm, int sr_max, int S, std::size_t tsize) {
+  return std::size_t(g_b_elems(sr_max, S) + g_u_elems(bm, sr_max)) * tsize + std::size_t(bm) * kOLd * 4;
 }
 // The shrink's K stage: the widest of 256 / 128 / 64 whose tile keeps 2 blocks per SM (<= 110 KB of
-// shared memory), no wider than K rounded up to 64. The stages are synchronous: a wider stage puts
-// more bytes in flight per block (the shrink is latency-bound, its math negligible).
-inline int grouped_kc(int bm, int sr_max, int S, int64_t K, std::size_t tsize) {
+// shared memory), no wider than the split's K rounded up to 64. The stages are synchronous: a wider
+// stage puts more bytes in flight per block (the shrink is latency-bound, its math negligible).
+inline int grouped_kc(int bm, int sr_max, int64_t K, std::size_t tsize) {
   int kc = kKCMax;
-  while (kc > 64 && (grouped_smem_bytes(bm, sr_max, S, kc, tsize) > (std::size_t(110) << 10) || kc / 2 >= K)) kc /= 2;
+  while (kc > 64 && (shrink_smem_bytes(bm, sr_max, kc, tsize) > (std::size_t(110) << 10) || kc / 2 >= K)) kc /= 2;
   return kc;
 }
 
-// 8 elements from src (n valid, zero past them; zeros when src is null) as one 16-byte value.
-template <class T>
-__device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (src && n > 0) {
-    if (n >= 8 && al16(src)) {
-      v = __ldg(reinterpret_cast<const uint4*>(src));
-    } else {
-      T* e = reinterpret_cast<T*>(&v);
-      for (int q = 0; q < 8 && q < n; ++q) e[q] = src[q];
-    }
-  }
-  return v;
-}
 // The same into 16-byte aligned shared memory.
 template <class T>
 __device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
@@ -307,92 +323,130 @@ __device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
 }
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-template <class T, class TO, bool G2>
-__global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
+// The live alignment block (l, b) of a grouped launch: its expert, or -1 when the block is past the
+// slot's padded end or holds no valid expert. Fills pair_sh / xrow_sh (-1 for padding) for bm rows.
+__device__ __forceinline__ int grouped_block(const Grouped& g, int l, int64_t b, int64_t* pair_sh, int64_t* xrow_sh) {
+  const Common& c = g.c;
+  if (b * g.bm >= g.ntpp[l] || b >= g.Q) return -1;
+  const int e = g.eids[int64_t(l) * g.Q + b];
+  if (e < 0 || e >= c.E) return -1;
+  if (int(threadIdx.x) < g.bm) {
+    const int32_t v = g.sorted[int64_t(l) * g.Pp + b * g.bm + threadIdx.x];
+    const bool live = v >= 0 && v < c.P && (!c.perm || c.perm[v] >= 0);
+    pair_sh[threadIdx.x] = live ? int64_t(v) : -1;
+    if (xrow_sh) xrow_sh[threadIdx.x] = live ? xrow_of(c, v) : -1;
+  }
+  __syncthreads();
+  return e;
+}
+
+// Shrink: u[pair, s*rp + j] (+)= X[bm, K split] . A_s^T over the true rank, fp32.
+template <class T>
+__global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int64_t pair_sh[64], xrow_sh[64];
   const Common& c = g.c;
   const int l = blockIdx.y;
-  const int64_t b = blockIdx.x;
-  const int bm = g.bm;
-  if (b * bm >= g.ntpp[l] || b >= g.Q) return;
-  const int e = g.eids[int64_t(l) * g.Q + b];
-  if (e < 0 || e >= c.E) return;
+  const int e = grouped_block(g, l, blockIdx.x, pair_sh, xrow_sh);
+  if (e < 0) return;
+  const int bm = g.bm, kc = g.kc;
   const int r = rank_of(c, l), rp = (r + 15) / 16 * 16, SR = c.S * rp;
-  const int rp_max = g.sr_max / c.S;
+  if (SR == 0) return;
   T* sX = reinterpret_cast<T*>(smem);
-  const int kc = g.kc;
   T* sA = sX + g_x_elems(bm, kc);
-  T* sU = sA + g_a_elems(g.sr_max, c.S, kc);
-  float* sO = reinterpret_cast<float*>(sU + g_u_elems(bm, g.sr_max));
-  const int ldx = kc + kPad, ldu = g.sr_max + kPad, ldb = rp_max + kPad;
+  const int ldx = kc + kPad;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane >> 2, c4 = lane & 3;
-  if (tid < bm) {
-    const int32_t v = g.sorted[int64_t(l) * g.Pp + b * bm + tid];
-    const bool live = v >= 0 && v < c.P && (!c.perm || c.perm[v] >= 0);
-    pair_sh[tid] = live ? int64_t(v) : -1;
-    xrow_sh[tid] = live ? xrow_of(c, v) : -1;
-  }
-  __syncthreads();
   const T* X = static_cast<const T*>(c.x);
-  const int MT = bm / 16;
-
-  // ---- shrink: U[bm, SR] = X[bm, K] . A^T over the true rank (columns s*rp + j), rounded to T
-  {
-    const int tiles = MT * (SR / 8);
-    float acc[kMaxTiles][4];
+  const int MT = bm / 16, tiles = MT * (SR / 8);
+  const int64_t kb = int64_t(blockIdx.z) * g.ksz, ke = min(c.K, kb + g.ksz);
+  float acc[kMaxTiles][4];
 #pragma unroll
-    for (int i = 0; i < kMaxTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    const int qn = kc / 8;  // 16-byte pieces per staged row
-    for (int64_t k0 = 0; k0 < c.K && SR > 0; k0 += kc) {
-      for (int i = tid; i < bm * qn; i += kThreads) {
-        const int m = i / qn, q = i % qn;
-        const int64_t col = k0 + q * 8;
-        stage8(sX + m * ldx + q * 8, xrow_sh[m] >= 0 ? X + xrow_sh[m] * c.K + col : nullptr, c.K - col);
-      }
-      for (int i = tid; i < SR * qn; i += kThreads) {
-        const int ci = i / qn, q = i % qn, s = ci / rp, j = ci % rp;
-        const int64_t col = k0 + q * 8;
-        stage8(sA + ci * ldx + q * 8, j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K + col : nullptr,
-               c.K - col);
-      }
-      __syncthreads();
-      for (int kk = 0; kk < kc; kk += 16) {
-#pragma unroll
-        for (int i = 0; i < kMaxTiles; ++i) {
-          const int t = warp + kWarps * i;
-          if (t < tiles) {
-            const int mt = t % MT, nt = t / MT;
-            const T* ar = sX + (mt * 16 + g8) * ldx + kk + 2 * c4;
-            const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldx), ld32(ar + 8), ld32(ar + 8 * ldx + 8)};
-            const T* br = sA + (nt * 8 + g8) * ldx + kk + 2 * c4;
-            lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
-          }
-        }
-      }
-      __syncthreads();
+  for (int i = 0; i < kMaxTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  const int qn = kc / 8;  // 16-byte pieces per staged row
+  for (int64_t k0 = kb; k0 < ke; k0 += kc) {
+    for (int i = tid; i < bm * qn; i += kThreads) {
+      const int m = i / qn, q = i % qn;
+      const int64_t col = k0 + q * 8;
+      stage8(sX + m * ldx + q * 8, xrow_sh[m] >= 0 ? X + xrow_sh[m] * c.K + col : nullptr, ke - col);
     }
+    for (int i = tid; i < SR * qn; i += kThreads) {
+      const int ci = i / qn, q = i % qn, s = ci / rp, j = ci % rp;
+      const int64_t col = k0 + q * 8;
+      stage8(sA + ci * ldx + q * 8, j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K + col : nullptr,
+             ke - col);
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kc; kk += 16) {
 #pragma unroll
-    for (int i = 0; i < kMaxTiles; ++i) {
-      const int t = warp + kWarps * i;
-      if (t < tiles) {
-        const int mt = t % MT, nt = t / MT, row = mt * 16 + g8, col = nt * 8 + 2 * c4;
-        sU[row * ldu + col] = from_f<T>(acc[i][0]);
-        sU[row * ldu + col + 1] = from_f<T>(acc[i][1]);
-        sU[(row + 8) * ldu + col] = from_f<T>(acc[i][2]);
-        sU[(row + 8) * ldu + col + 1] = from_f<T>(acc[i][3]);
+      for (int i = 0; i < kMaxTiles; ++i) {
+        const int t = warp + kWarps * i;
+        if (t < tiles) {
+          const int mt = t % MT, nt = t / MT;
+          const T* ar = sX + (mt * 16 + g8) * ldx + kk + 2 * c4;
+          const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldx), ld32(ar + 8), ld32(ar + 8 * ldx + 8)};
+          const T* br = sA + (nt * 8 + g8) * ldx + kk + 2 * c4;
+          lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
+        }
       }
     }
     __syncthreads();
   }
+#pragma unroll
+  for (int i = 0; i < kMaxTiles; ++i) {
+    const int t = warp + kWarps * i;
+    if (t < tiles) {
+      const int mt = t % MT, nt = t / MT, row = mt * 16 + g8, col = nt * 8 + 2 * c4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t p = pair_sh[row + 8 * h];
+        if (p < 0) continue;
+        float* dst = g.u + p * g.sr_max + col;
+        if (g.atomic_u) {
+          atomicAdd(dst, acc[i][2 * h]);
+          atomicAdd(dst + 1, acc[i][2 * h + 1]);
+        } else {
+          *reinterpret_cast<float2*>(dst) = make_float2(acc[i][2 * h], acc[i][2 * h + 1]);
+        }
+      }
+    }
+  }
+}
 
-  // ---- expand: kNT-column tiles of Y[bm, N] = U_s[bm, rp] . B_s^T over every slice; the next tile's
-  // B rows are loaded into registers while this tile's mma, epilogue and stores run
-  T* sB = sA;
+// Expand: kNT-column tiles [z * tiles_per_z, ...) of Y[bm, N] = U_s[bm, rp] . B_s^T over the slices;
+// the next tile's B rows are loaded into registers while this tile's mma, epilogue and stores run.
+template <class T, class TO, bool G2>
+__global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int64_t pair_sh[64];
+  const Common& c = g.c;
+  const int l = blockIdx.y;
+  const int e = grouped_block(g, l, blockIdx.x, pair_sh, nullptr);
+  if (e < 0) return;
+  const int64_t per_slice = (c.N + kNT - 1) / kNT, ntiles = per_slice * c.S;
+  const int64_t t0 = int64_t(blockIdx.z) * g.tiles_per_z, t1 = min(ntiles, t0 + g.tiles_per_z);
+  if (t0 >= t1) return;
+  const int bm = g.bm;
+  const int r = rank_of(c, l), rp = (r + 15) / 16 * 16, SR = c.S * rp;
+  const int rp_max = g.sr_max / c.S;
+  T* sB = reinterpret_cast<T*>(smem);
+  T* sU = sB + g_b_elems(g.sr_max, c.S);
+  float* sO = reinterpret_cast<float*>(sU + g_u_elems(bm, g.sr_max));
+  const int ldu = g.sr_max + kPad, ldb = rp_max + kPad;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane >> 2, c4 = lane & 3;
+  const int MT = bm / 16;
+  // u rows, rounded to T (zero rows for padding; columns past the true rank are zero: A rows past it
+  // were staged as zeros)
+  for (int i = tid; i < bm * (SR / 2); i += kThreads) {
+    const int m = i / (SR / 2), j = (i % (SR / 2)) * 2;
+    const int64_t p = pair_sh[m];
+    float2 v = make_float2(0.f, 0.f);
+    if (p >= 0 && (r > 0)) v = *reinterpret_cast<const float2*>(g.u + p * g.sr_max + j);
+    sU[m * ldu + j] = from_f<T>(v.x);
+    sU[m * ldu + j + 1] = from_f<T>(v.y);
+  }
   const int etiles = MT * (kNT / 8);          // <= 32: 4 per warp
   const int chunks = rp / 8;                  // 16-byte pieces per B row (up to the padded true rank)
   const int pieces = kNT * chunks;            // per tile: <= 64 x 32 = kMaxPf per thread
-  const int64_t per_slice = (c.N + kNT - 1) / kNT, ntiles = per_slice * c.S;
   uint4 pf[kMaxPf];
   auto fetch = [&](int64_t tile) {
     const int s = int(tile / per_slice);
@@ -407,8 +461,8 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
       }
     }
   };
-  fetch(0);
-  for (int64_t tile = 0; tile < ntiles; ++tile) {
+  fetch(t0);
+  for (int64_t tile = t0; tile < t1; ++tile) {
     const int s = int(tile / per_slice);
     const int64_t n0 = (tile % per_slice) * kNT;
 #pragma unroll
@@ -417,7 +471,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_kernel(Grouped g) {
       if (i < pieces) *reinterpret_cast<uint4*>(sB + (i / chunks) * ldb + (i % chunks) * 8) = pf[q];
     }
     __syncthreads();
-    if (tile + 1 < ntiles) fetch(tile + 1);
+    if (tile + 1 < t1) fetch(tile + 1);
     {
       float acc[4][4];
 #pragma unroll
@@ -527,7 +581,8 @@ void launch_shrink_pairs(const Common& c, T* u, cudaStream_t st) {
 }
 
 template <class T, class TO, bool G2>
-void launch_grouped(const Grouped& g, int64_t T_tokens, int k, cudaStream_t st, void* ws, const bgmv_detail::GroupedLayout& lay) {
+void launch_grouped(const Grouped& g, const BgmvMoePlan& plan, int64_t T_tokens, int k, cudaStream_t st, void* ws,
+                    const bgmv_detail::GroupedLayout& lay) {
   char* w = static_cast<char*>(ws);
   MoeLoraAlignArgs al;
   al.num_tokens = T_tokens;
@@ -548,10 +603,27 @@ void launch_grouped(const Grouped& g, int64_t T_tokens, int k, cudaStream_t st, 
   gg.sorted = al.sorted_token_ids;
   gg.eids = al.expert_ids;
   gg.ntpp = al.num_tokens_post_pad;
-  gg.kc = grouped_kc(g.bm, g.sr_max, g.c.S, g.c.K, sizeof(T));
-  const std::size_t smem = grouped_smem_bytes(g.bm, g.sr_max, g.c.S, gg.kc, sizeof(T));
-  PUNICA_CUDA_CHECK(cudaFuncSetAttribute(grouped_kernel<T, TO, G2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  grouped_kernel<T, TO, G2><<<dim3(unsigned(lay.Q), unsigned(g.c.L)), kThreads, smem, st>>>(gg);
+  gg.u = reinterpret_cast<float*>(w + lay.u);
+  // the shrink: K split in multiples of 64 (16-byte pieces stay aligned), each split a whole number
+  // of stages where it can
+  const int ks = std::max(1, plan.k_split);
+  gg.ksz = ceil_div(ceil_div(g.c.K, ks), 64) * 64;
+  gg.kc = grouped_kc(g.bm, g.sr_max, gg.ksz, sizeof(T));
+  gg.atomic_u = ks > 1;
+  if (gg.atomic_u)
+    PUNICA_CUDA_CHECK(cudaMemsetAsync(gg.u, 0, std::size_t(g.c.P) * std::size_t(g.sr_max) * 4, st));
+  const unsigned zs = unsigned(ceil_div(g.c.K, gg.ksz));
+  const std::size_t smem_s = shrink_smem_bytes(g.bm, g.sr_max, gg.kc, sizeof(T));
+  PUNICA_CUDA_CHECK(cudaFuncSetAttribute(grouped_shrink_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_s)));
+  grouped_shrink_kernel<T><<<dim3(unsigned(lay.Q), unsigned(g.c.L), zs), kThreads, smem_s, st>>>(gg);
+  PUNICA_CUDA_CHECK_LAUNCH();
+  // the expand: the column tiles split over col_split blocks per alignment block
+  const int64_t ntiles = int64_t(g.c.S) * ceil_div(g.c.N, kNT);
+  gg.tiles_per_z = ceil_div(ntiles, std::max(1, plan.col_split));
+  const unsigned zc = unsigned(ceil_div(ntiles, gg.tiles_per_z));
+  const std::size_t smem_e = expand_smem_bytes(g.bm, g.sr_max, g.c.S, sizeof(T));
+  PUNICA_CUDA_CHECK(cudaFuncSetAttribute(grouped_expand_kernel<T, TO, G2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_e)));
+  grouped_expand_kernel<T, TO, G2><<<dim3(unsigned(lay.Q), unsigned(g.c.L), zc), kThreads, smem_e, st>>>(gg);
   PUNICA_CUDA_CHECK_LAUNCH();
 }
 
@@ -582,7 +654,8 @@ bool ready(const char* op, const std::string& err, const A& a, std::size_t need)
 std::size_t bgmv_moe_gemm1_workspace_bytes(const BgmvMoeGemm1Args& a) {
   const BgmvMoePlan p = plan_bgmv_moe_gemm1(a);
   if (p.path == BgmvMoePath::grouped)
-    return bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, p.block_m).end +
+    return bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, p.block_m,
+                                       bgmv_detail::gemm1_slices(a) * bgmv_detail::round16(a.rank)).end +
            bgmv_detail::align256(align_ws_bytes(a.num_tokens, a.top_k, a.num_experts, a.max_loras));
   return bgmv_detail::align256(std::size_t(bgmv_detail::gemm1_slices(a)) *
                                std::size_t(std::max<int64_t>(a.num_tokens * a.top_k, 1)) *
@@ -591,7 +664,8 @@ std::size_t bgmv_moe_gemm1_workspace_bytes(const BgmvMoeGemm1Args& a) {
 std::size_t bgmv_moe_gemm2_workspace_bytes(const BgmvMoeGemm2Args& a) {
   const BgmvMoePlan p = plan_bgmv_moe_gemm2(a);
   if (p.path == BgmvMoePath::grouped)
-    return bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, p.block_m).end +
+    return bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, p.block_m,
+                                       bgmv_detail::round16(a.rank)).end +
            bgmv_detail::align256(align_ws_bytes(a.num_tokens, a.top_k, a.num_experts, a.max_loras)) +
            bgmv_detail::align256(std::size_t(std::max<int64_t>(a.num_tokens, 1)) * std::size_t(std::max<int64_t>(a.hidden, 1)) * 4);
   return bgmv_detail::align256(std::size_t(std::max<int64_t>(a.num_tokens * a.top_k, 1)) * std::size_t(std::max(a.rank, 1)) *
@@ -622,13 +696,14 @@ void launch_bgmv_moe_gemm1_lora_delta(const BgmvMoeGemm1Args& a, cudaStream_t st
         PUNICA_CUDA_CHECK_LAUNCH();
         return;
       }
-      const auto lay = bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, plan.block_m);
+      const auto lay = bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, plan.block_m,
+                                                   c.S * bgmv_detail::round16(c.R));
       zero_inactive_kernel<TO><<<unsigned(std::min<int64_t>(c.P, 1056)), kExpThreads, 0, st>>>(c, out, ld);
       PUNICA_CUDA_CHECK_LAUNCH();
       Grouped g{};
       g.c = c; g.bm = plan.block_m; g.Pp = lay.P; g.Q = lay.Q; g.out = a.out; g.ld = ld;
       g.sr_max = c.S * bgmv_detail::round16(c.R);
-      launch_grouped<T, TO, false>(g, a.num_tokens, a.top_k, st, a.workspace, lay);
+      launch_grouped<T, TO, false>(g, plan, a.num_tokens, a.top_k, st, a.workspace, lay);
     }
   });
 }
@@ -655,14 +730,15 @@ void launch_bgmv_moe_gemm2_lora_delta(const BgmvMoeGemm2Args& a, cudaStream_t st
         PUNICA_CUDA_CHECK_LAUNCH();
         return;
       }
-      const auto lay = bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, plan.block_m);
+      const auto lay = bgmv_detail::grouped_layout(a.num_tokens, a.top_k, a.num_experts, a.max_loras, plan.block_m,
+                                                   bgmv_detail::round16(c.R));
       float* acc = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + lay.end +
                                             bgmv_detail::align256(align_ws_bytes(a.num_tokens, a.top_k, a.num_experts, a.max_loras)));
       PUNICA_CUDA_CHECK(cudaMemsetAsync(acc, 0, std::size_t(a.num_tokens) * std::size_t(a.hidden) * 4, st));
       Grouped g{};
       g.c = c; g.bm = plan.block_m; g.Pp = lay.P; g.Q = lay.Q; g.acc = acc; g.w = a.topk_weights;
       g.sr_max = bgmv_detail::round16(c.R);
-      launch_grouped<T, TO, true>(g, a.num_tokens, a.top_k, st, a.workspace, lay);
+      launch_grouped<T, TO, true>(g, plan, a.num_tokens, a.top_k, st, a.workspace, lay);
       finish_kernel<TO><<<unsigned(a.num_tokens), kExpThreads, 0, st>>>(acc, a.num_tokens, a.hidden, out, ld);
       PUNICA_CUDA_CHECK_LAUNCH();
     }

@@ -94,6 +94,8 @@ enum class BgmvMoePath : int {
 struct BgmvMoePlan {
   BgmvMoePath path = BgmvMoePath::pairs;
   int block_m = 16;  // grouped: pairs per tile (the alignment's block size)
+  int k_split = 1;   // grouped: blocks splitting the shrink's K per alignment block (fp32 atomics)
+  int col_split = 1; // grouped: blocks splitting the expand's column tiles per alignment block
 };
 }  // namespace punica::kernels
 
@@ -104,8 +106,8 @@ struct BgmvMoePlan {
 namespace punica::kernels {
 
 // Workspace bytes of a call with these shapes (the plan's buffers: pairs path the rank-r
-// intermediate [S, T*k, rank] in lora_dtype; grouped path the routing of moe_lora_align, plus gemm2's
-// fp32 accumulator [T, H]); allocate once, before any call.
+// intermediate [S, T*k, rank] in lora_dtype; grouped path the routing of moe_lora_align, the fp32
+// intermediate [T*k, S*round16(rank)] and gemm2's fp32 accumulator [T, H]); allocate once, before any call.
 std::size_t bgmv_moe_gemm1_workspace_bytes(const BgmvMoeGemm1Args& a);
 std::size_t bgmv_moe_gemm2_workspace_bytes(const BgmvMoeGemm2Args& a);
 

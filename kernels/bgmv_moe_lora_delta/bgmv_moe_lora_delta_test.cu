@@ -130,6 +130,7 @@ TEST(BgmvMoeGemm1, OddShapesBothPaths) {
       {3, 1000, 700, 7, {7, 1}, kPairs},        {256, 1000, 700, 7, {7, 1}, kGrouped},
       {9, 75, 57, 64, {64, 13}, kPairs},        {384, 75, 57, 64, {64, 13}, kGrouped},
       {512, 1000, 700, 128, {128, 100}, kGrouped}, {64, 2048, 768, 64, {64}, kGrouped},
+      {128, 2100, 300, 16, {16, 5}, kGrouped},  // K split over 4 blocks, the last partial, K % 8 != 0
   };
   for (const auto& g : grid)
     for (bool sa : {false, true})
@@ -171,7 +172,7 @@ TEST(BgmvMoeGemm2, ShapesAndPaths) {
       {4, 2, 768, 768, 16, {}, kPairs},           {16, 2, 768, 768, 32, {}, kPairs},
       {7, 2, 1000, 1408, 24, {24, 7, 1}, kPairs}, {512, 2, 1000, 1408, 24, {24, 7, 1}, kGrouped},
       {300, 4, 57, 75, 64, {64, 5}, kGrouped},    {1024, 4, 2048, 768, 128, {128, 64}, kGrouped},
-      {64, 2, 1000, 700, 300, {300, 3}, kPairs},
+      {64, 2, 1000, 700, 300, {300, 3}, kPairs},  {96, 2, 520, 3000, 24, {24, 9}, kGrouped},  // K split 5
   };
   for (const auto& g : grid)
     for (bool nan : {false, true})

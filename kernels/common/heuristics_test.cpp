@@ -793,6 +793,16 @@ TEST(BgmvMoeDeltaHeuristics, PathsOnTheBenchPresets) {
   EXPECT_EQ(path(64).block_m, 16);
   EXPECT_EQ(path(512).block_m, 32);   // 32 pairs per group
   EXPECT_EQ(path(4096).block_m, 64);
+  // The grouped grid's splits: ~40 live alignment blocks at T = 64 (8 full + 32 partial), so the
+  // shrink's K splits 8 ways (>= 512 each) and the 448 expand tiles 27 ways; 160 at T = 4096.
+  EXPECT_EQ(path(64).k_split, 8);
+  EXPECT_EQ(path(64).col_split, 27);
+  EXPECT_EQ(path(4096).k_split, 4);
+  EXPECT_EQ(path(4096).col_split, 7);
+  EXPECT_NE(describe_bgmv_moe_gemm1_plan(a).find("grouped bm64 ks4 cs7"), std::string::npos);
+  a.hidden = 700;  // K < 1024: no K split
+  EXPECT_EQ(path(64).k_split, 1);
+  a.hidden = 4096;
   a.top_k = 8; a.num_experts = 128;  // Qwen3-30B-A3B: 512 groups
   EXPECT_EQ(path(64).path, BgmvMoePath::pairs);
   EXPECT_EQ(path(512).path, BgmvMoePath::grouped);
@@ -803,7 +813,10 @@ TEST(BgmvMoeDeltaHeuristics, PathsOnTheBenchPresets) {
   EXPECT_NE(describe_bgmv_moe_gemm1_plan(a).find("grouped bm64"), std::string::npos);
   BgmvMoeGemm2Args b;
   b.num_tokens = 4096; b.top_k = 6; b.num_experts = 64; b.max_loras = 4; b.rank = 64;  // DeepSeek-V2-Lite
+  b.hidden = 2048; b.intermediate = 1408;
   EXPECT_EQ(plan_bgmv_moe_gemm2(b).path, BgmvMoePath::grouped);
+  EXPECT_EQ(plan_bgmv_moe_gemm2(b).k_split, 1);    // 640 live blocks (384 full + 256 partial)
+  EXPECT_EQ(plan_bgmv_moe_gemm2(b).col_split, 2);  // of 32 tiles
   b.num_tokens = 1;
   EXPECT_EQ(plan_bgmv_moe_gemm2(b).path, BgmvMoePath::pairs);
 }

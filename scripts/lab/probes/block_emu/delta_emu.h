@@ -18,6 +18,11 @@ template <class T> inline void load_vec(const T* p, float (&f)[8]) {
   if (reinterpret_cast<uintptr_t>(p) % 16) { std::fprintf(stderr, "misaligned 16-byte load\n"); std::abort(); }
   for (int i = 0; i < 8; ++i) f[i] = to_f(p[i]);
 }
+template <class T> inline void unpack(const uint4& u, float (&f)[8]) {
+  T e[8];
+  std::memcpy(e, &u, 16);
+  for (int i = 0; i < 8; ++i) f[i] = to_f(e[i]);
+}
 template <class F> void dispatch_dtype(DType t, F&& f) {
   switch (t) {
     case DType::f32: f(float{}); break;

@@ -101,6 +101,14 @@ int main() {
     DeltaCase kst2 = mk(48, 2, 40, 300, 4, 2, 64, kGrouped);
     kst2.inactive = 0.2;
     gemm2(kst2);
+    DeltaCase ks1 = mk(48, 2, 1100, 40, 4, 2, 16, kGrouped);  // K split in 2 (odd K: scalar loads)
+    ks1.ranks = {16, 3}; ks1.nan_pad = true; ks1.odd_ids = true;
+    gemm1(ks1);
+    ks1.shared_a = true;
+    gemm1(ks1);
+    DeltaCase ks2 = mk(48, 2, 40, 2104, 4, 2, 24, kGrouped);  // K split in 4, the last one partial
+    ks2.ranks = {24, 5}; ks2.inactive = 0.3; ks2.nan_pad = true;
+    gemm2(ks2);
     DeltaCase many = mk(3, 10, 40, 24, 12, 2, 16, kPairs);  // 10 slots over the expand's 8 warps
     many.nan_pad = true; many.odd_ids = true;
     gemm2(many);
