@@ -33,6 +33,7 @@ struct TimingResult {
   int warmup = 0, iters = 0, batch_calls = 0;
   Stats time;                 // cold, per iteration, max over ranks
   double batch_us = -1;       // back to back (negative = unsupported)
+  double batch_nodes = -1;    // graph nodes per call of the back-to-back batch (negative = no graph)
   bool launches_held = false;
   std::vector<std::pair<std::string, double>> part_us;  // layer parts (base, lora, comm_*), in order
   std::map<std::string, double> part_batch_us;          // the collectives back to back

@@ -85,6 +85,7 @@ nlohmann::json case_record(const CaseResult& r) {
              {"noisy", s.mean > 0 && 100.0 * s.stdev / s.mean > 5.0},
              {"batch_time_us", num_or_null(t.batch_us, t.batch_us >= 0)},
              {"batch_mode", t.batch_mode}, {"batch_calls", t.batch_calls},
+             {"batch_nodes_per_call", num_or_null(t.batch_nodes, t.batch_nodes >= 0)},
              {"launches_held", t.launches_held}};
   std::map<std::string, double> part_us;
   for (const auto& [name, us] : t.part_us) {

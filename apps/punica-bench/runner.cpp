@@ -399,6 +399,7 @@ CaseResult Runner::run_case_impl(const Case& c) {
   tr.batch_calls = std::max<int>(opt_.batch_calls, int(copies));
   const int calls = tr.batch_calls;
   tr.batch_us = be_.time_batch(calls, 5, [&](int i) { P.run(be_, sets[std::size_t(i) % copies].ptrs); });
+  if (be_.last_batch_nodes() >= 0 && calls > 0) tr.batch_nodes = double(be_.last_batch_nodes()) / calls;
   if (dist_ && dist_->size() > 1) tr.batch_us = dist_->allreduce_max(tr.batch_us);
   tr.batch_mode = be_.name() == "cuda" ? "cuda_graph" : "loop";
   if (opt_.baselines && be_.name() == "cuda") {

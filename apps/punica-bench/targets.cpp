@@ -204,9 +204,12 @@ TargetsReport evaluate_targets(const std::vector<nlohmann::json>& docs, const st
         // kernels launched: add_lora_w13's aligned path runs the alignment and the fused op; the
         // deltas' pairs path a shrink and an expand, the grouped path the alignment, a zero pass
         // and the tiles (gemm1) or a memset, the alignment, the tiles and the rounding pass (gemm2)
+        // (files before timing.batch_nodes_per_call, the graph's own count, by the plan)
         const std::string plan = jstr(c, "plan");
-        int kernels = op == "add_lora_w13" && plan.find("align+") != std::string::npos ? 2 : 1;
+        double kernels = op == "add_lora_w13" && plan.find("align+") != std::string::npos ? 2 : 1;
         if (delta) kernels = plan.find("grouped") == std::string::npos ? 2 : op == "bgmv_moe_gemm1_lora_delta" ? 3 : 4;
+        const double nodes = jnum(c, {"timing", "batch_nodes_per_call"});
+        if (nodes == nodes && nodes > 0) kernels = nodes;
         const double bound = node * kernels + kMoeSlackUs + fl / kMoeFraction;
         acc.add("moe_decode", grp, bt <= bound, id + ": " + missed(bt, ">", bound, 2, " us"), bt / bound);
       }

@@ -25,9 +25,10 @@
 //   moe_prefill    work.floor_us >= 10: metrics.copy_fraction >= 0.7, or, where the FLOP term
 //                  (work.flops over run.ceilings.gemm_bf16_tflops) exceeds the floor, that term over
 //                  the cold median >= 0.7;
-//   moe_decode     work.floor_us < 10: batch_time_us <= graph node x kernels launched (2 for
-//                  add_lora_w13's aligned path; the deltas: 2 on the pairs path, 3 / 4 on gemm1's /
-//                  gemm2's grouped path) + 2 us + floor / 0.7;
+//   moe_decode     work.floor_us < 10: batch_time_us <= graph node x kernels launched
+//                  (timing.batch_nodes_per_call: the batch graph's nodes per call, memsets
+//                  included; files without it: 2 for add_lora_w13's aligned path, the deltas 2 on
+//                  the pairs path, 3 / 4 on gemm1's / gemm2's grouped path) + 2 us + floor / 0.7;
 //   moe_vs_cublas  the fused ops faster cold than their cuBLAS grouped baseline
 //                  (metrics.speedup_vs_cublas_grouped > 1).
 // MoE layer cases (layer fused_moe; issue 46):

@@ -107,6 +107,9 @@ class Backend {
   // Back-to-back time per call (µs): `calls` calls of body(i) issued together (a CUDA graph on
   // the GPU), replayed `replays` times; returns total / (calls * replays). Negative = unsupported.
   virtual double time_batch(int calls, int replays, const std::function<void(int)>& body) = 0;
+  // Nodes (kernels, memsets, copies) of the last time_batch's CUDA graph, all its calls together;
+  // -1 where the batch is no graph.
+  virtual int64_t last_batch_nodes() const { return -1; }
   virtual std::string timing_method() const = 0;
   // Whether the last time_iterations ran its timed launches queued behind a hold (the GPU never
   // waited for the host inside an event pair; CudaBackend, kernels/common/stream_hold.h).

@@ -306,6 +306,7 @@ class CudaBackend final : public Backend {
     }
     return t;
   }
+  int64_t last_batch_nodes() const override { return last_batch_nodes_; }
   double time_batch(int calls, int replays, const std::function<void(int)>& body) override {
     Graph g;
     synchronize();
@@ -317,6 +318,9 @@ class CudaBackend final : public Backend {
       throw;
     }
     PUNICA_CUDA_CHECK(cudaStreamEndCapture(stream_, &g.graph));
+    std::size_t nodes = 0;
+    PUNICA_CUDA_CHECK(cudaGraphGetNodes(g.graph, nullptr, &nodes));
+    last_batch_nodes_ = int64_t(nodes);
     PUNICA_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
     PUNICA_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));  // warm-up replay
     const Events ev(2);
@@ -484,6 +488,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  int64_t last_batch_nodes_ = -1;
   ncclComm_t comm(int tp) {
     auto it = comms_.find(tp);
     if (it != comms_.end()) return it->second;
