@@ -54,15 +54,18 @@ case "$PROFILE" in
       step "sanitizer_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q
     done
     # The MoE kernels (not yet reached through the bench's registry) under the sanitizers, on their
-    # odd-shape cases and the w13 -> w2 chain.
+    # odd-shape cases, the one call's split-K shrink (its tickets) and the w13 -> w2 chain.
     for tool in memcheck racecheck initcheck; do
       step "sanitizer_moe_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fused_moe_lora_test" \
-        --gtest_filter='Cases/FusedMoeLoraOdd.MatchesReference/fused?:AddLoraW13W2.*'
+        --gtest_filter='Cases/FusedMoeLoraOdd.MatchesReference/fused?:AddLoraW13W2.*:Cases/FusedMoeLoraTiles.MatchesReference/splitk*'
       step "sanitizer_moe_align_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/moe_lora_align_test" \
         --gtest_filter='Cases/MoeLoraAlign.HoldsTheOrderFreeContract/odd?:MoeLoraAlignEdge.*'
       # FlashInfer's MoE LoRA deltas (issue 45): both paths, both gemm1 modes, gemm2, odd shapes
       step "sanitizer_moe_delta_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bgmv_moe_lora_delta_test" \
         --gtest_filter='BgmvMoeGemm1.FlashInferShapes:BgmvMoeGemm1.DtypesStrideZeroExpertsTileHeights:BgmvMoeGemm1.EmptyBatch:BgmvMoeGemm2.DtypesStrideZeroExperts'
+      # the grouped path's K splits (odd K, a partial last split) and column splits
+      [ $tool = memcheck ] && step "sanitizer_moe_delta_splits_$tool" compute-sanitizer --tool $tool --error-exitcode 9 \
+        "$BIN/bgmv_moe_lora_delta_test" --gtest_filter='BgmvMoeGemm1.OddShapesBothPaths:BgmvMoeGemm2.ShapesAndPaths'
       step "sanitizer_moe_delta_bench_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q \
         scenarios/ci_moe_delta.json
     done
