@@ -37,7 +37,7 @@ constexpr int kExpThreads = 128;     // pairs-path expand blocks
 constexpr int kCols = 8;             // output columns per expand thread (one 16-byte store of 16-bit)
 constexpr int kKCMax = 256;          // grouped shrink: K per shared-memory stage, at most (host picks kc)
 constexpr int kPad = 8;              // shared rows padded by 16 bytes: conflict-free fragment reads
-constexpr int kNT = 64;              // grouped expand: output columns per tile
+constexpr int kNT = bgmv_detail::kBgmvExpandCols;  // grouped expand: output columns per tile (heuristics.h plans with it)
 constexpr int kMaxTiles = 16;        // grouped shrink: mma tiles per warp (64 pairs x 256 columns)
 constexpr int kMaxPf = 8;            // grouped expand: 16-byte B pieces per thread (64 rows x 256 rank)
 
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
     const int m = i / (SR / 2), j = (i % (SR / 2)) * 2;
     const int64_t p = pair_sh[m];
     float2 v = make_float2(0.f, 0.f);
-    if (p >= 0 && (r > 0)) v = *reinterpret_cast<const float2*>(g.u + p * g.sr_max + j);
+    if (p >= 0) v = *reinterpret_cast<const float2*>(g.u + p * g.sr_max + j);
     sU[m * ldu + j] = from_f<T>(v.x);
     sU[m * ldu + j + 1] = from_f<T>(v.y);
   }
