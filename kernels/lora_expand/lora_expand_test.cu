@@ -312,6 +312,18 @@ TEST(LoraExpand, PrefillKernels) {
     big.kernel = k;
     big.expect = k == K::mma_pipe ? K::mma_stream : k;  // rank 200: above the pipelined kernel
     run_case(big);
+    // ranks 65-128 with an fp32 x: the pipelined kernel at RK = 128 (true ranks 1-128, rank 0, a
+    // slice end inside a 64-column tile)
+    ExpandCase r128{DType::bf16, DType::f32, 1000, {1000, 256, 136}, {128, 72, 0, 8, 1, 128, 100}, true, 8};
+    r128.nan_pad = true;
+    r128.ldy_pad = 16;
+    r128.kernel = k;
+    r128.expect = k;
+    run_case(r128);
+    ExpandCase r128h{DType::f16, DType::f32, 777, {520}, {96, 17, 128}, false, 0};
+    r128h.kernel = k;
+    r128h.expect = k;
+    run_case(r128h);
     ExpandCase mid{DType::bf16, DType::bf16, 2500, {1536, 520}, {32, 24, 64, 0, 48}, true, 0};
     mid.kernel = k;
     mid.expect = k;
@@ -341,6 +353,11 @@ TEST(LoraExpand, PrefillKernelsSmallBatch) {
       d.kernel = k;
       d.expect = k;
       run_case(d);
+      ExpandCase e{DType::bf16, DType::f32, T, {1000, 256}, {128, 72, 0}, true, 0};  // RK = 128 (pipe)
+      e.nan_pad = true;
+      e.kernel = k;
+      e.expect = k;
+      run_case(e);
     }
 }
 
@@ -355,6 +372,11 @@ TEST(LoraExpand, LargePrefillThreeSlices) {
   d.nan_pad = true;
   d.expect = ExpandPrefillKernel::mma_pipe;
   run_case(d);
+  // ranks 8 / 32 / 128 mixed (the off-grid bench's set), 3 slices: the rank-128 pipelined kernel
+  ExpandCase m{DType::bf16, DType::f32, 3001, {3584, 512, 512}, {8, 32, 128, 128, 32, 8, 0, 128}, true, 0};
+  m.nan_pad = true;
+  m.expect = ExpandPrefillKernel::mma_pipe;
+  run_case(m);
 }
 
 // From 4096 tokens above rank 16, the pipelined kernel's dual form (expand_heur::pipe_dual): the
@@ -468,6 +490,7 @@ TEST(LoraExpand, LateInputs) {
   }
   late({DType::bf16, DType::bf16, 700, {1024}, {16, 8, 0, 16}, true, 0});
   late({DType::bf16, DType::f32, 300, {1024}, {128, 8}, true, 0});  // the streaming kernel above rank 64
+  late({DType::bf16, DType::f32, 700, {1024, 520}, {128, 8, 0}, true, 0}, K::automatic, K::mma_pipe);  // RK = 128
   late({DType::bf16, DType::f32, 300, {1024}, {16, 8}, true, 0}, K::mma_staged, K::mma_staged);
   late({DType::bf16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_stream, K::mma_stream);
   late({DType::f16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_pipe, K::mma_pipe);
