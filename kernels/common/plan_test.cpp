@@ -191,7 +191,7 @@ TEST(ExpandPlan, PipeDualFrom4096) {
   EXPECT_EQ(expand_plan(expand_shape(8192, 3, 128, 8)), "pipe/bm64/bn64/bk128");  // pipe128_ok
   EXPECT_EQ(expand_plan(expand_shape(8192, 3, 128, 8, DType::bf16)), "stream/bm64");
   EXPECT_EQ(expand_plan(expand_shape(8192, 3, 256, 8)), "stream/bm64");
-  EXPECT_EQ(expand_plan(expand_shape(512, 1, 128, 8)), "stream/bm64");  // prefer_stream up to 512 tokens
+  EXPECT_EQ(expand_plan(expand_shape(512, 1, 128, 8)), "stream/bm32");  // prefer_stream up to 512 tokens
   EXPECT_EQ(expand_plan(expand_shape(512, 1, 128, 8), ExpandPrefillKernel::mma_pipe), "pipe/bm64/bn64/bk128");
   // a named kind runs in its general configuration
   EXPECT_EQ(expand_plan(expand_shape(16, 3, 16, 8), ExpandPrefillKernel::mma_stream), "stream/bm64");
