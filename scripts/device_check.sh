@@ -10,14 +10,25 @@
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
 # moe   : bench_moe.json timed, decode and prefill apart (issue 44's MoE ops, 2 result JSONs).
 # moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
+# offgrid_ab: the rank-128 expand cases of bench_offgrid.json under --kernel expand=auto / stream /
+#         pipe (3 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
+# Env: STEP_TIMEOUT (each step's cap, s), BUDGET_S (the whole call's, s; steps past it are skipped),
+# QUICK_SCENARIO_SANITIZERS=0 (quick without the three sanitizer passes over the built-in scenario,
+# whose dense kernels a change elsewhere leaves as they were measured).
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
-OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid moe moe_delta micro layers)}
+OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid offgrid_ab moe moe_delta micro layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+# BUDGET_S: the whole call's seconds (the device tool's 10-minute cap): each step's cap shrinks to
+# what is left, and a step that cannot get MIN_STEP_S seconds is skipped (logged, and the exit
+# status says so), so that the logs and result files of the steps that ran always come back.
+BUDGET_S=${BUDGET_S:-0}
+MIN_STEP_S=${MIN_STEP_S:-20}
+T_START=$(date +%s)
 # stage_device.sh ships the binaries as one tarball: unpack it once.
 if [ -z "${PUNICA_BIN:-}" ] && [ ! -d .carry/bin ]; then
   for tb in .carry/punica-bin.txz .carry/punica-bin.tgz; do
@@ -36,8 +47,17 @@ mkdir -p "$OUT/logs"
 status=0
 step() {  # step NAME CMD... : run, log, remember failures, never stop the script
   local name=$1; shift
-  local t0=$(date +%s)
-  timeout -k 10 "$STEP_TIMEOUT" "$@" > "$OUT/logs/$name.log" 2>&1
+  local t0=$(date +%s) cap=$STEP_TIMEOUT
+  if [ "$BUDGET_S" -gt 0 ]; then
+    local left=$(( BUDGET_S - (t0 - T_START) - 15 ))  # 15 s kept for the logs' tarball
+    if [ "$left" -lt "$MIN_STEP_S" ]; then
+      echo "$(date +%H:%M:%S) skip $name: ${left}s of BUDGET_S=$BUDGET_S left" | tee -a "$OUT/logs/steps.txt"
+      status=1
+      return 0
+    fi
+    [ "$left" -lt "$cap" ] && cap=$left
+  fi
+  timeout -k 10 "$cap" "$@" > "$OUT/logs/$name.log" 2>&1
   local rc=$?
   echo "$(date +%H:%M:%S) rc=$rc $(( $(date +%s) - t0 ))s $name" | tee -a "$OUT/logs/steps.txt"
   [ $rc -ne 0 ] && status=1
@@ -50,8 +70,15 @@ for PROFILE in $PROFILES; do
 case "$PROFILE" in
   quick)
     for t in "$BIN"/*_test; do [ -x "$t" ] && step "gtest_$(basename "$t")" "$t"; done
+    if [ "${QUICK_SCENARIO_SANITIZERS:-1}" != 0 ]; then
+      for tool in memcheck racecheck initcheck; do
+        step "sanitizer_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q
+      done
+    fi
+    # the pipelined expand's kernels (rank 128 included) forced at decode-sized batches
     for tool in memcheck racecheck initcheck; do
-      step "sanitizer_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q
+      step "sanitizer_expand_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/lora_expand_test" \
+        --gtest_filter='LoraExpand.PrefillKernelsSmallBatch'
     done
     # The MoE kernels (not yet reached through the bench's registry) under the sanitizers, on their
     # odd-shape cases, the one call's split-K shrink (its tickets) and the w13 -> w2 chain.
@@ -133,6 +160,15 @@ case "$PROFILE" in
       -o "$OUT/bench_offgrid_a.json" --overwrite scenarios/bench_offgrid.json
     step bench_offgrid_b $PB run --backend cuda --sample-rows 64 -f '^(qwen_qkv|wide_5120)/' \
       -o "$OUT/bench_offgrid_b.json" --overwrite scenarios/bench_offgrid.json
+    ;;
+  offgrid_ab)
+    # issue 47's rank-128 expand (ranks 128 and 8/32/128) three ways: the automatic choice (the
+    # RK = 128 pipelined kernel above 512 tokens), the streaming kernel it replaced, the pipelined
+    # kernel forced at every token count (the evidence for the rule below 512 tokens)
+    for k in auto stream pipe; do
+      step offgrid_expand128_$k $PB run --backend cuda --sample-rows 64 --kernel expand=$k \
+        -f '/lora_expand/.*/ranks=(128|8x32x128)/' -o "$OUT/offgrid_expand128_$k.json" --overwrite scenarios/bench_offgrid.json
+    done
     ;;
   micro)
     # Its own step (and timeout): as a bare command in a call it once ran past a 90 s cap.
