@@ -10,7 +10,7 @@
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
 # moe   : bench_moe.json timed, decode and prefill apart (issue 44's MoE ops, 2 result JSONs).
 # moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
-# offgrid_ab: the rank-128 expand cases of bench_offgrid.json under --kernel expand=auto / stream /
+# offgrid_ab: the rank-128 / 256 expand cases of bench_offgrid.json under --kernel expand=auto / stream /
 #         pipe (3 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
@@ -162,12 +162,12 @@ case "$PROFILE" in
       -o "$OUT/bench_offgrid_b.json" --overwrite scenarios/bench_offgrid.json
     ;;
   offgrid_ab)
-    # issue 47's rank-128 expand (ranks 128 and 8/32/128) three ways: the automatic choice (the
-    # RK = 128 pipelined kernel above 512 tokens), the streaming kernel it replaced, the pipelined
-    # kernel forced at every token count (the evidence for the rule below 512 tokens)
+    # issue 47's big-rank expand (ranks 128, 256, 8/32/128) three ways: the automatic choice (the
+    # RK = 128 / 256 pipelined kernels above 512 tokens), the streaming kernel they replaced, the
+    # pipelined kernel forced at every token count (the evidence for the rule below 512 tokens)
     for k in auto stream pipe; do
       step offgrid_expand128_$k $PB run --backend cuda --sample-rows 64 --kernel expand=$k \
-        -f '/lora_expand/.*/ranks=(128|8x32x128)/' -o "$OUT/offgrid_expand128_$k.json" --overwrite scenarios/bench_offgrid.json
+        -f '/lora_expand/.*/ranks=(128|256|8x32x128)/' -o "$OUT/offgrid_expand128_$k.json" --overwrite scenarios/bench_offgrid.json
     done
     ;;
   micro)

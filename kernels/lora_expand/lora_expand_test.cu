@@ -310,7 +310,7 @@ TEST(LoraExpand, PrefillKernels) {
     ExpandCase big{DType::bf16, DType::f32, 600, {384, 128}, {200, 8, 0, 136}, true, 0};
     big.nan_pad = true;
     big.kernel = k;
-    big.expect = k == K::mma_pipe ? K::mma_stream : k;  // rank 200: above the pipelined kernel
+    big.expect = k;  // rank 200: the pipelined kernel at RK = 256
     run_case(big);
     // ranks 65-128 with an fp32 x: the pipelined kernel at RK = 128 (true ranks 1-128, rank 0, a
     // slice end inside a 64-column tile)
@@ -324,6 +324,12 @@ TEST(LoraExpand, PrefillKernels) {
     r128h.kernel = k;
     r128h.expect = k;
     run_case(r128h);
+    // ranks 129-256: RK = 256, 32-column tiles (a slice end inside one)
+    ExpandCase r256{DType::bf16, DType::f32, 1500, {1000, 264}, {256, 200, 0, 8, 129}, true, 8};
+    r256.nan_pad = true;
+    r256.kernel = k;
+    r256.expect = k;
+    run_case(r256);
     ExpandCase mid{DType::bf16, DType::bf16, 2500, {1536, 520}, {32, 24, 64, 0, 48}, true, 0};
     mid.kernel = k;
     mid.expect = k;
@@ -377,6 +383,10 @@ TEST(LoraExpand, LargePrefillThreeSlices) {
   m.nan_pad = true;
   m.expect = ExpandPrefillKernel::mma_pipe;
   run_case(m);
+  ExpandCase w{DType::bf16, DType::f32, 2001, {5120}, {16, 64, 256, 0, 256}, true, 0};  // RK = 256
+  w.nan_pad = true;
+  w.expect = ExpandPrefillKernel::mma_pipe;
+  run_case(w);
 }
 
 // From 4096 tokens above rank 16, the pipelined kernel's dual form (expand_heur::pipe_dual): the
@@ -491,6 +501,7 @@ TEST(LoraExpand, LateInputs) {
   late({DType::bf16, DType::bf16, 700, {1024}, {16, 8, 0, 16}, true, 0});
   late({DType::bf16, DType::f32, 300, {1024}, {128, 8}, true, 0});  // the streaming kernel above rank 64
   late({DType::bf16, DType::f32, 700, {1024, 520}, {128, 8, 0}, true, 0}, K::automatic, K::mma_pipe);  // RK = 128
+  late({DType::bf16, DType::f32, 700, {1024}, {256, 8, 0}, true, 0}, K::automatic, K::mma_pipe);       // RK = 256
   late({DType::bf16, DType::f32, 300, {1024}, {16, 8}, true, 0}, K::mma_staged, K::mma_staged);
   late({DType::bf16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_stream, K::mma_stream);
   late({DType::f16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_pipe, K::mma_pipe);
