@@ -10,8 +10,8 @@
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
 # moe   : bench_moe.json timed, decode and prefill apart (issue 44's MoE ops, 2 result JSONs).
 # moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
-# offgrid_ab: the rank-128 / 256 expand cases of bench_offgrid.json under --kernel expand=auto / stream /
-#         pipe (3 result JSONs).
+# offgrid_ab: the expand cases of bench_offgrid.json above rank 64 (128, 256, 512 and the mixed sets)
+#         under --kernel expand=auto / stream / pipe (3 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
 #         microbench_h200.json, and its stderr); MICRO_FILTER replaces the case filter.
 # Env: STEP_TIMEOUT (each step's cap, s), BUDGET_S (the whole call's, s; steps past it are skipped),
@@ -75,10 +75,11 @@ case "$PROFILE" in
         step "sanitizer_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q
       done
     fi
-    # the pipelined expand's kernels (rank 128 included) forced at decode-sized batches
+    # the pipelined expand's kernels (rank 128 included) forced at decode-sized batches, and the
+    # streaming kernel's two-chunk form (ranks above 64) in its three tile heights
     for tool in memcheck racecheck initcheck; do
       step "sanitizer_expand_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/lora_expand_test" \
-        --gtest_filter='LoraExpand.PrefillKernelsSmallBatch'
+        --gtest_filter='LoraExpand.PrefillKernelsSmallBatch:LoraExpand.StreamTwoChunks'
     done
     # The MoE kernels (not yet reached through the bench's registry) under the sanitizers, on their
     # odd-shape cases, the one call's split-K shrink (its tickets) and the w13 -> w2 chain.
@@ -162,12 +163,14 @@ case "$PROFILE" in
       -o "$OUT/bench_offgrid_b.json" --overwrite scenarios/bench_offgrid.json
     ;;
   offgrid_ab)
-    # issue 47's big-rank expand (ranks 128, 256, 8/32/128) three ways: the automatic choice (the
-    # RK = 128 / 256 pipelined kernels above 512 tokens), the streaming kernel they replaced, the
-    # pipelined kernel forced at every token count (the evidence for the rule below 512 tokens)
+    # issue 47's big-rank expand (ranks 128, 256, 512, 8/32/128, 16/64/256/512) three ways: the
+    # automatic choice and the streaming kernel forced (two rank chunks above rank 64) over all of
+    # them, the pipelined kernel forced (RK = 128) where it applies (ranks <= 128) at every token count
     for k in auto stream pipe; do
-      step offgrid_expand128_$k $PB run --backend cuda --sample-rows 64 --kernel expand=$k \
-        -f '/lora_expand/.*/ranks=(128|256|8x32x128)/' -o "$OUT/offgrid_expand128_$k.json" --overwrite scenarios/bench_offgrid.json
+      R='128|256|512|8x32x128|16x64x256x512'
+      [ $k = pipe ] && R='128|8x32x128'
+      step offgrid_expand_$k $PB run --backend cuda --sample-rows 64 --kernel expand=$k \
+        -f "/lora_expand/.*/ranks=($R)/" -o "$OUT/offgrid_expand_$k.json" --overwrite scenarios/bench_offgrid.json
     done
     ;;
   micro)

@@ -448,19 +448,21 @@ TEST(ExpandHeuristics, PrefillKernelChoice) {
   using K = ExpandPrefillKernel;
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 64, 0), K::automatic), K::mma_pipe);
-  // ranks 65-256: the pipelined kernel at RK = 128 / 256 with an fp32 x (expand_heur::pipe_big_rank_ok);
-  // a 16-bit x, or a rank above 256, the streaming kernel
+  // ranks 65-128: the pipelined kernel at RK = 128 with an fp32 x (expand_heur::pipe128_ok); a
+  // 16-bit x, or a rank above 128, the streaming kernel
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 128, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 72, 0), K::automatic), K::mma_pipe);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 128, 0, DType::bf16), K::automatic), K::mma_stream);
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 136, 0), K::automatic), K::mma_pipe);
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 256, 0), K::mma_pipe), K::mma_pipe);
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 264, 0), K::automatic), K::mma_stream);
-  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 512, 0), K::mma_pipe), K::mma_stream);
-  EXPECT_TRUE(expand_heur::pipe_big_rank_ok(DType::f32, 128));
-  EXPECT_TRUE(expand_heur::pipe_big_rank_ok(DType::f32, 256));
-  EXPECT_FALSE(expand_heur::pipe_big_rank_ok(DType::f32, 64));  // the 64-rank kernels' range
-  EXPECT_FALSE(expand_heur::pipe_big_rank_ok(DType::bf16, 128));
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 136, 0), K::automatic), K::mma_stream);
+  EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 256, 0), K::mma_pipe), K::mma_stream);
+  EXPECT_TRUE(expand_heur::pipe128_ok(DType::f32, 128));
+  EXPECT_FALSE(expand_heur::pipe128_ok(DType::f32, 64));  // the 64-rank kernels' range
+  EXPECT_FALSE(expand_heur::pipe128_ok(DType::bf16, 128));
+  // the streaming kernel: two rank chunks in shared memory above rank 64, one up to it
+  EXPECT_EQ(expand_heur::stream_chunks(65), 2);
+  EXPECT_EQ(expand_heur::stream_chunks(512), 2);
+  EXPECT_EQ(expand_heur::stream_chunks(64), 1);
+  EXPECT_EQ(expand_heur::stream_chunks(16), 1);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::mma_stream), K::mma_stream);
   EXPECT_EQ(detail::expand_prefill_kernel(expand_args(8192, 16, 0), K::mma_staged), K::mma_staged);
   // Slice columns off 16-byte alignment: only the staged kernel's scalar paths apply.

@@ -188,11 +188,13 @@ TEST(ExpandPlan, PipeDualFrom4096) {
   EXPECT_EQ(expand_plan(expand_shape(4095, 3, 64, 8)), "pipe/bm64/bn64/bk64");
   EXPECT_EQ(expand_plan(expand_shape(8192, 3, 64, 8, DType::bf16)), "pipe/bm64/bn64/bk64");
   EXPECT_EQ(expand_plan(expand_shape(8192, 3, 16, 8)), "pipe/bm64/bn128/bk16");
-  EXPECT_EQ(expand_plan(expand_shape(8192, 3, 128, 8)), "pipe/bm64/bn64/bk128");  // pipe_big_rank_ok
-  EXPECT_EQ(expand_plan(expand_shape(8192, 3, 200, 8)), "pipe/bm64/bn32/bk256");
-  EXPECT_EQ(expand_plan(expand_shape(8192, 3, 512, 8)), "stream/bm64");
-  EXPECT_EQ(expand_plan(expand_shape(8192, 3, 128, 8, DType::bf16)), "stream/bm64");
-  EXPECT_EQ(expand_plan(expand_shape(512, 1, 128, 8)), "stream/bm32");  // prefer_stream up to 512 tokens
+  EXPECT_EQ(expand_plan(expand_shape(8192, 3, 128, 8)), "pipe/bm64/bn64/bk128");  // pipe128_ok
+  // above rank 64 the streaming kernel holds two rank chunks (stream_chunks)
+  EXPECT_EQ(expand_plan(expand_shape(8192, 3, 128, 8, DType::bf16)), "stream/bm64/ks2");
+  EXPECT_EQ(expand_plan(expand_shape(8192, 3, 256, 8)), "stream/bm64/ks2");
+  EXPECT_EQ(expand_plan(expand_shape(8192, 1, 512, 8)), "stream/bm64/ks2");
+  EXPECT_EQ(expand_plan(expand_shape(512, 1, 128, 8)), "stream/bm32/ks2");  // prefer_stream up to 512 tokens
+  EXPECT_EQ(expand_plan(expand_shape(48, 1, 256, 4)), "stream/bm16/ks2");
   EXPECT_EQ(expand_plan(expand_shape(512, 1, 128, 8), ExpandPrefillKernel::mma_pipe), "pipe/bm64/bn64/bk128");
   // a named kind runs in its general configuration
   EXPECT_EQ(expand_plan(expand_shape(16, 3, 16, 8), ExpandPrefillKernel::mma_stream), "stream/bm64");

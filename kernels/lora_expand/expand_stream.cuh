@@ -156,7 +156,9 @@ struct TileRows {
   }
 };
 
-template <int BM, int BN, int BK, class TI>
+// KS: rank chunks in shared memory (1: each chunk loaded behind the last one's mma; 2: chunk k + 1
+// loaded while chunk k is multiplied). x_bytes / b_bytes are one chunk's; x's KS chunks, then B's.
+template <int BM, int BN, int BK, class TI, int KS = 1>
 struct Layout {
   static constexpr int YP = BN + 8;                  // y row pitch (elements of T, 2 bytes)
   static constexpr int XP = BK + 16 / int(sizeof(TI)) * 2;  // x row pitch (elements of TI)
@@ -164,23 +166,24 @@ struct Layout {
   static constexpr unsigned y_bytes = unsigned(BM) * YP * 2;
   static constexpr unsigned x_bytes = unsigned(BM) * XP * sizeof(TI);
   static constexpr unsigned b_bytes = unsigned(BN) * BP * 2;
-  static constexpr unsigned total = y_bytes + x_bytes + b_bytes;
+  static constexpr unsigned total = y_bytes + KS * (x_bytes + b_bytes);
 };
 
 // grid (ceil(max N / BN), ceil(T / BM) + L + 1 token tiles bound, S); WM x WN warps, each
-// (BM / WM) tokens x (BN / WN) columns.
-template <class T, class TI, int BM, int BN, int BK, int WM, int WN, int MINB>
+// (BM / WM) tokens x (BN / WN) columns. KS: see Layout (2 for ranks above 64, heuristics.h).
+template <class T, class TI, int BM, int BN, int BK, int WM, int WN, int MINB, int KS = 1>
 __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Params p) {
   using namespace lora_dev;
   constexpr int NT = WM * WN * 32, TM = BM / WM, TN = BN / WN, MI = TM / 16, NI = TN / 8;
   static_assert(TM % 16 == 0 && TN % 16 == 0 && BK % 16 == 0, "warp tile of m16n8k16 steps");
-  using Lay = Layout<BM, BN, BK, TI>;
+  static_assert(KS == 1 || KS == 2, "one or two rank chunks in shared memory");
+  using Lay = Layout<BM, BN, BK, TI, KS>;
   constexpr int YP = Lay::YP, XP = Lay::XP, BP = Lay::BP;
   constexpr int XC = 16 / int(sizeof(TI));  // x elements per 16-byte chunk
   extern __shared__ __align__(128) unsigned char es_smem[];
   T* const sy = reinterpret_cast<T*>(es_smem);
-  TI* const sx = reinterpret_cast<TI*>(es_smem + Lay::y_bytes);
-  T* const sb = reinterpret_cast<T*>(es_smem + Lay::y_bytes + Lay::x_bytes);
+  TI* const sx0 = reinterpret_cast<TI*>(es_smem + Lay::y_bytes);
+  T* const sb0 = reinterpret_cast<T*>(es_smem + Lay::y_bytes + KS * Lay::x_bytes);
   __shared__ int stok[BM];
 
   pdl_launch_dependents();  // the next kernel may launch; it waits for this grid before reading y
@@ -205,8 +208,10 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
   if (p.wait_first) pdl_wait();  // x, B and y only after the kernel before this one is done
   __syncthreads();
 
-  // x / B of rank chunk [k0, k0 + BK): 16-byte cp.async, zero-filled past the true rank.
-  auto stage = [&](int k0) {
+  // x / B of rank chunk [k0, k0 + BK) into buffer buf: 16-byte cp.async, zero-filled past the true rank.
+  auto stage = [&](int k0, int buf) {
+    TI* const sx = sx0 + buf * (BM * XP);
+    T* const sb = sb0 + buf * (BN * BP);
     const int kl = min(BK, r - k0);  // valid ranks in this chunk (>= 1)
     constexpr int XCPR = BK / XC;
     for (int idx = tid; idx < BM * XCPR; idx += NT) {
@@ -229,7 +234,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
     yrows.init(stok, p.ldy);
     yrows.load_async(sy, Y, nvalid);
   }
-  stage(0);
+  stage(0, 0);
   cp_async_commit();
 
   const int wm = warp / WN, wn = warp % WN;
@@ -242,14 +247,28 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) expand_stream_kernel(Param
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
 
-  for (int k0 = 0; k0 < r; k0 += BK) {
-    if (k0 > 0) {
-      __syncthreads();  // every warp is done with the previous chunk
-      stage(k0);
-      cp_async_commit();
+  for (int k0 = 0, it = 0; k0 < r; k0 += BK, ++it) {
+    const int buf = KS == 1 ? 0 : (it & 1);
+    if constexpr (KS == 1) {
+      if (k0 > 0) {
+        __syncthreads();  // every warp is done with the previous chunk
+        stage(k0, 0);
+        cp_async_commit();
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+    } else {
+      // chunk it has landed for every thread, and every warp is done with chunk it - 1, whose
+      // buffer chunk it + 1 now fills while chunk it is multiplied
+      cp_async_wait<0>();
+      __syncthreads();
+      if (k0 + BK < r) {
+        stage(k0 + BK, buf ^ 1);
+        cp_async_commit();
+      }
     }
-    cp_async_wait<0>();
-    __syncthreads();
+    const TI* const sx = sx0 + buf * (BM * XP);
+    const T* const sb = sb0 + buf * (BN * BP);
     const int nks = min(BK / 16, (r - k0 + 15) / 16);
     for (int kk = 0; kk < nks; ++kk) {
       uint32_t af[MI][4];

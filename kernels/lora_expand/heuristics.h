@@ -29,8 +29,8 @@ constexpr int kStMinBlocks = 3;
 //  max_rank <= 64: 64 x 64 tiles, 3 stages, 3 blocks/SM, 8 tiles per block: 0.45-0.52 (64 x 128
 //    with 2 stages: 0.37-0.57; 4 tiles per block: 0.38-0.44).
 // Above rank 64 the streaming kernel (64 x 128, rank chunks of 32, 4 blocks/SM): 0.42-0.61; with
-// an fp32 x (the intermediate vLLM and add_lora_linear pass) ranks 65-256 take the pipelined kernel
-// at RK = 128 / 256 (below, pipe_big_rank_ok).
+// an fp32 x (the intermediate vLLM and add_lora_linear pass) ranks 65-128 take the pipelined kernel
+// at RK = 128 (below, kPipe128MaxRank).
 // Tiles per block: at most these, fewer when one wave of resident blocks covers the batch with
 // fewer (T=2048 r=16: 2 tiles 0.43 vs 4 tiles 0.41).
 constexpr int kPipeTiles16 = 4;
@@ -47,20 +47,22 @@ constexpr int kPipeTiles64 = 8;
 // Below 4096 tokens not: at T=1024-2048 up to 1.14x slower; not the even tile count but a partial
 // 2nd wave landing unevenly (H=8192) and, mixed ranks back to back, PDL (NOTES v31 parts 1 and 3).
 constexpr int64_t kPipeDualMinTokens = 4096;
-// Ranks 65-256 (fp32 x, issue 47): the pipelined kernel with the whole rank staged, where the
-// streaming kernel stages its rank in chunks of 32 behind one wait each, so that only the first
-// chunk's loads overlap y's (off-grid bench at edf89d1: rank 128 at H=5120 0.22-0.37 of the floor).
-// Ranks 65-128: RK = 128, 64 x 64 tiles, 3 stages, 2 blocks of 8 warps per SM (97 KB of shared
-// memory each); 129-256: RK = 256, 64 x 32 tiles, 3 stages, 2 blocks of 4 warps (100 KB: x's 64 rows
-// of 256 ranks are a third of it). The block's k steps stop at its adapter's true rank (mixed ranks:
-// a rank-8 adapter's tiles do 1 of 8 or 16). Above 256 the x rows alone would hold a block per SM:
-// the streaming kernel stays. Where the streaming kernel is the rule below 512 tokens
-// (prefer_stream) it stays until measured.
-constexpr int kPipe128MaxRank = 128, kPipe256MaxRank = 256;
-inline bool pipe_big_rank_ok(DType in_dtype, int max_rank) {
-  return in_dtype == DType::f32 && max_rank > 64 && max_rank <= kPipe256MaxRank;
+// Ranks 65-128 (fp32 x, issue 47): the pipelined kernel with the whole rank staged (RK = 128), 64 x
+// 64 tiles, 3 stages, 2 blocks per SM (97 KB of shared memory each), where the streaming kernel
+// stages its rank in 4 chunks of 32 behind one wait each, so that only the first chunk's loads
+// overlap y's (off-grid bench at edf89d1: rank 128 at H=5120 0.22-0.37 of the floor). The block's
+// k steps stop at its adapter's true rank (mixed ranks: a rank-8 adapter's tiles do 1 of 8). Where
+// the streaming kernel is the rule below 512 tokens (prefer_stream) it stays until measured.
+constexpr int kPipe128MaxRank = 128;
+inline bool pipe128_ok(DType in_dtype, int max_rank) {
+  return in_dtype == DType::f32 && max_rank > 64 && max_rank <= kPipe128MaxRank;
 }
 inline bool pipe_dual(int64_t T) { return T >= kPipeDualMinTokens; }
+// The streaming kernel's rank chunks (BK = 32) in shared memory: above rank 64 two, chunk k + 1
+// loaded while chunk k is multiplied (64-row tiles then at 3 blocks per SM: 58 KB each with an fp32
+// x); up to rank 64 (at most two chunks, the tuned small-batch shapes) one.
+constexpr int kStreamTwoChunkMinRank = 65;
+inline int stream_chunks(int max_rank) { return max_rank >= kStreamTwoChunkMinRank ? 2 : 1; }
 
 // The 64 x 64 kernel without the dual form (ranks 17-64 below kPipeDualMinTokens, or a 16-bit x):
 // where the wave fit asks for more than kPipeTiles64 tiles per block, up to kPipeTiles64OneWave
@@ -358,6 +360,7 @@ struct ExpandPlan {
   ExpandPath path = ExpandPath::none;
   ExpandPrefillKernel kind = ExpandPrefillKernel::automatic;  // the prefill kernel (automatic: none)
   int bm = 64, bn = 128, bk = 16;  // stream / pipe tile (pipe_dual: 64 x 64)
+  int ks = 1;                      // stream: rank chunks in shared memory (stream_chunks)
   int max_ntb = 1;                 // pipe: column tiles per block at most
   int one_wave_max = 0;            // pipe: longer blocks where they make one wave (0: off)
   bool round_spill = false;        // pipe: pipe_ntb's round_spill
@@ -396,7 +399,7 @@ inline PrefillChoice choose_prefill(const ExpandShape& s, ExpandPrefillKernel wh
                                                     : prefer_stream(s.T, s.R) && !one_adapter_pipe(s.T, s.R, s.L));
   if (stream && s.in_dtype == DType::f32 && pipe_few_tokens(s.T, s.R, lh)) return {K::mma_pipe, true};
   const bool pipe_ok = which != K::mma_stream && !stream;
-  return {pipe_ok && (s.R <= 64 || pipe_big_rank_ok(s.in_dtype, s.R)) ? K::mma_pipe : K::mma_stream};
+  return {pipe_ok && (s.R <= 64 || pipe128_ok(s.in_dtype, s.R)) ? K::mma_pipe : K::mma_stream};
 }
 
 inline ExpandPlan plan(const ExpandShape& s, ExpandPrefillKernel which, bool pdl, int num_sms) {
@@ -411,7 +414,7 @@ inline ExpandPlan plan(const ExpandShape& s, ExpandPrefillKernel which, bool pdl
   };
   auto stream = [&](int bm) {
     p.path = ExpandPath::stream;
-    p.bm = bm, p.bn = 128, p.bk = 32;
+    p.bm = bm, p.bn = 128, p.bk = 32, p.ks = stream_chunks(s.R);
     return p;
   };
   if (s.dtype != DType::f32) {
@@ -436,9 +439,7 @@ inline ExpandPlan plan(const ExpandShape& s, ExpandPrefillKernel which, bool pdl
     switch (kind) {
       case K::mma_pipe:
         if (s.R <= 16) return pipe(64, 128, 16, pipe_tiles16(s.S));
-        // pipe_big_rank_ok: the whole rank staged
-        if (s.R > kPipe128MaxRank) return pipe(64, 32, kPipe256MaxRank, kPipeTiles64, kPipeTiles64OneWave);
-        if (s.R > 64) return pipe(64, 64, kPipe128MaxRank, kPipeTiles64, kPipeTiles64OneWave);
+        if (s.R > 64) return pipe(64, 64, kPipe128MaxRank, kPipeTiles64, kPipeTiles64OneWave);  // pipe128_ok
         // From 4096 tokens (fp32 x): each block's tiles by its adapter's true rank (pipe_dual).
         if (s.in_dtype == DType::f32 && pipe_dual(s.T)) {
           pipe(64, 64, 64, kPipeTiles64);

@@ -1,7 +1,7 @@
 // vLLM lora_expand (add_expand): y[t, c_s + n] (+)= round_w(B_s[l] @ round_w(x[s, t, :r_l]))[n] for
 // tokens with slot l. Decode (T <= 128): expand_decode.cu, and the wide-N GEMV below (lanes split a
 // B row, a group of tokens shares each load; also add_lora_linear's split-K partials path).
-// Prefill (expand_stream.cuh): the pipelined kernel for max_rank <= 64, 256 with an fp32 x (64 tokens of one adapter x
+// Prefill (expand_stream.cuh): the pipelined kernel for max_rank <= 64, 128 with an fp32 x (64 tokens of one adapter x
 // several column tiles per block, the next tiles' y / B in flight while one is multiplied and
 // stored; from 4096 tokens above rank 16 its dual form, tiles chosen per block by the true rank),
 // the streaming kernel above that, and the staged kernel below (128 x 128 tiles, y staged through
@@ -438,10 +438,10 @@ void launch_pipe_dual(const ExpandParams& e, int max_ntb, cudaStream_t st, Expan
 }
 
 // Streaming kernel (any rank, rank chunks of BK): one BM x BN tile per block.
-template <class T, class TI, int BM, int BN, int BK, int WM, int WN, int MINB>
+template <class T, class TI, int BM, int BN, int BK, int WM, int WN, int MINB, int KS = 1>
 void launch_stream(const ExpandParams& e, int64_t maxN, cudaStream_t st, ExpandLaunch how) {
-  using Lay = expand_stream::Layout<BM, BN, BK, TI>;
-  auto* k = expand_stream::expand_stream_kernel<T, TI, BM, BN, BK, WM, WN, MINB>;
+  using Lay = expand_stream::Layout<BM, BN, BK, TI, KS>;
+  auto* k = expand_stream::expand_stream_kernel<T, TI, BM, BN, BK, WM, WN, MINB, KS>;
   static std::atomic<uint64_t> attr{0};
   ensure_smem(k, Lay::total, attr);
   const int64_t gy = (e.T + BM - 1) / BM + e.E;
@@ -499,23 +499,25 @@ void dispatch(const LoraExpandArgs& a, const ExpandParams& p, int64_t maxN, cuda
         return launch_pipe<T, TI, 16, 128, 16, 1, 8, 2, 4>(p, pl.max_ntb, st, nullptr, 0, how, pl.one_wave_max,
                                                            pl.round_spill);
       if (pl.path == P::pipe && pl.bm == 32) return launch_pipe<T, TI, 32, 128, 16, 2, 4, 2, 4>(p, pl.max_ntb, st, nullptr, 0, how);
-      if (pl.path == P::stream && pl.bm == 16) return launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st, how);
-      if (pl.path == P::stream && pl.bm == 32) return launch_stream<T, TI, 32, 128, 32, 2, 4, 4>(p, maxN, st, how);
+      if (pl.path == P::stream && pl.bm == 16)
+        return pl.ks == 2 ? launch_stream<T, TI, 16, 128, 32, 1, 8, 4, 2>(p, maxN, st, how)
+                          : launch_stream<T, TI, 16, 128, 32, 1, 8, 4>(p, maxN, st, how);
+      if (pl.path == P::stream && pl.bm == 32)
+        return pl.ks == 2 ? launch_stream<T, TI, 32, 128, 32, 2, 4, 4, 2>(p, maxN, st, how)
+                          : launch_stream<T, TI, 32, 128, 32, 2, 4, 4>(p, maxN, st, how);
       if (pl.path == P::pipe_dual) return launch_pipe_dual<T, TI>(p, pl.max_ntb, st, how);
-      // ranks 65-256, the whole rank staged (expand_heur::pipe_big_rank_ok)
-      if (pl.path == P::pipe && pl.bk == H::kPipe128MaxRank)
+      if (pl.path == P::pipe && pl.bk == H::kPipe128MaxRank)  // ranks 65-128 (expand_heur::pipe128_ok)
         return launch_pipe<T, TI, 64, 64, H::kPipe128MaxRank, 4, 2, 3, 2>(p, pl.max_ntb, st, nullptr, 0, how,
-                                                                        pl.one_wave_max);
-      if (pl.path == P::pipe && pl.bk == H::kPipe256MaxRank)
-        return launch_pipe<T, TI, 64, 32, H::kPipe256MaxRank, 4, 1, 3, 2>(p, pl.max_ntb, st, nullptr, 0, how,
                                                                         pl.one_wave_max);
     }
     switch (pl.path) {
       case P::pipe:
-        PUNICA_REQUIRE(pl.bk <= 64, ErrorKind::runtime, "lora_expand: the rank-128 / 256 pipelined kernels take an fp32 x");
+        PUNICA_REQUIRE(pl.bk <= 64, ErrorKind::runtime, "lora_expand: the rank-128 pipelined kernel takes an fp32 x");
         if (pl.bk == 16) return launch_pipe<T, TI, 64, 128, 16, 2, 4, 2, 4>(p, pl.max_ntb, st, nullptr, 0, how);
         return launch_pipe<T, TI, 64, 64, 64, 4, 2, 3, 3>(p, pl.max_ntb, st, nullptr, 0, how, pl.one_wave_max);
-      case P::stream: return launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
+      case P::stream:  // two rank chunks (stream_chunks): 58 KB of shared memory, 3 blocks per SM
+        return pl.ks == 2 ? launch_stream<T, TI, 64, 128, 32, 2, 4, 3, 2>(p, maxN, st, how)
+                          : launch_stream<T, TI, 64, 128, 32, 2, 4, 4>(p, maxN, st, how);
       case P::staged: return launch_staged<T, TI, H::kStMinBlocks>(p, maxN, st);
       default: break;
     }
@@ -634,7 +636,7 @@ std::string plan_name(const ExpandPlan& p) {
     case ExpandPath::decode: return "decode";
     case ExpandPath::gemv: return "gemv";
     case ExpandPath::staged: return "staged";
-    case ExpandPath::stream: return "stream/bm" + n(p.bm);
+    case ExpandPath::stream: return "stream/bm" + n(p.bm) + (p.ks == 2 ? "/ks2" : "");
     case ExpandPath::pipe: return "pipe/bm" + n(p.bm) + "/bn" + n(p.bn) + "/bk" + n(p.bk);
     case ExpandPath::pipe_dual: return "pipe_dual/bm64";
   }

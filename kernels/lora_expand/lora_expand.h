@@ -37,7 +37,7 @@ struct LoraExpandArgs {
 void launch_lora_expand(const LoraExpandArgs& args, cudaStream_t stream);
 
 // A fixed prefill (mma) kernel instead of the automatic choice (tests, and `punica-bench --kernel
-// expand=KIND`). automatic = launch_lora_expand. mma_pipe: the pipelined kernel (max_rank <= 64, <= 256 with an fp32 x);
+// expand=KIND`). automatic = launch_lora_expand. mma_pipe: the pipelined kernel (max_rank <= 64, <= 128 with an fp32 x);
 // mma_stream: the streaming kernel (any rank); mma_staged: the staged kernel (every layout). Where a
 // kernel's preconditions fail the next more general one runs. An explicit kernel runs at any T (the
 // automatic choice takes the decode kernels for small batches) in its general configuration (the

@@ -310,7 +310,7 @@ TEST(LoraExpand, PrefillKernels) {
     ExpandCase big{DType::bf16, DType::f32, 600, {384, 128}, {200, 8, 0, 136}, true, 0};
     big.nan_pad = true;
     big.kernel = k;
-    big.expect = k;  // rank 200: the pipelined kernel at RK = 256
+    big.expect = k == K::mma_pipe ? K::mma_stream : k;  // rank 200: above the pipelined kernel
     run_case(big);
     // ranks 65-128 with an fp32 x: the pipelined kernel at RK = 128 (true ranks 1-128, rank 0, a
     // slice end inside a 64-column tile)
@@ -324,12 +324,6 @@ TEST(LoraExpand, PrefillKernels) {
     r128h.kernel = k;
     r128h.expect = k;
     run_case(r128h);
-    // ranks 129-256: RK = 256, 32-column tiles (a slice end inside one)
-    ExpandCase r256{DType::bf16, DType::f32, 1500, {1000, 264}, {256, 200, 0, 8, 129}, true, 8};
-    r256.nan_pad = true;
-    r256.kernel = k;
-    r256.expect = k;
-    run_case(r256);
     ExpandCase mid{DType::bf16, DType::bf16, 2500, {1536, 520}, {32, 24, 64, 0, 48}, true, 0};
     mid.kernel = k;
     mid.expect = k;
@@ -367,6 +361,30 @@ TEST(LoraExpand, PrefillKernelsSmallBatch) {
     }
 }
 
+// Above rank 64 the streaming kernel holds two rank chunks (expand_heur::stream_chunks) in each of
+// its tile heights, through the automatic choice: 16-row (T=48) and 32-row (T=300) tiles with an
+// fp32 x, 64-row tiles with a 16-bit x; true ranks that end inside a chunk, odd chunk counts, rank
+// 0, a rank-512 batch, NaN padding, unequal slices with partial column tiles.
+TEST(LoraExpand, StreamTwoChunks) {
+  using K = ExpandPrefillKernel;
+  for (int T : {48, 300}) {
+    ExpandCase c{DType::bf16, DType::f32, T, {1000, 136}, {256, 200, 0, 33, 129}, true, 8};
+    c.nan_pad = true;
+    c.expect = K::mma_stream;
+    run_case(c);
+  }
+  ExpandCase h{DType::f16, DType::f16, 1500, {520, 384}, {136, 65, 0, 96}, false, 0};
+  h.nan_pad = true;
+  h.expect = K::mma_stream;
+  run_case(h);
+  ExpandCase big{DType::bf16, DType::f32, 700, {768}, {512, 1, 300, 64}, true, 0};
+  big.nan_pad = true;
+  big.expect = K::mma_stream;
+  run_case(big);
+  for (int R : {72, 96, 128, 256}) EXPECT_EQ(expand_heur::stream_chunks(R), 2) << R;
+  for (int R : {16, 32, 64}) EXPECT_EQ(expand_heur::stream_chunks(R), 1) << R;
+}
+
 // Prefill-sized batch close to the timed shape: 3 unequal slices, 8 adapters + -1 tokens; and a
 // rank-64 one with 32 adapters (both through the automatic choice: the pipelined kernel).
 TEST(LoraExpand, LargePrefillThreeSlices) {
@@ -383,10 +401,6 @@ TEST(LoraExpand, LargePrefillThreeSlices) {
   m.nan_pad = true;
   m.expect = ExpandPrefillKernel::mma_pipe;
   run_case(m);
-  ExpandCase w{DType::bf16, DType::f32, 2001, {5120}, {16, 64, 256, 0, 256}, true, 0};  // RK = 256
-  w.nan_pad = true;
-  w.expect = ExpandPrefillKernel::mma_pipe;
-  run_case(w);
 }
 
 // From 4096 tokens above rank 16, the pipelined kernel's dual form (expand_heur::pipe_dual): the
@@ -501,7 +515,6 @@ TEST(LoraExpand, LateInputs) {
   late({DType::bf16, DType::bf16, 700, {1024}, {16, 8, 0, 16}, true, 0});
   late({DType::bf16, DType::f32, 300, {1024}, {128, 8}, true, 0});  // the streaming kernel above rank 64
   late({DType::bf16, DType::f32, 700, {1024, 520}, {128, 8, 0}, true, 0}, K::automatic, K::mma_pipe);  // RK = 128
-  late({DType::bf16, DType::f32, 700, {1024}, {256, 8, 0}, true, 0}, K::automatic, K::mma_pipe);       // RK = 256
   late({DType::bf16, DType::f32, 300, {1024}, {16, 8}, true, 0}, K::mma_staged, K::mma_staged);
   late({DType::bf16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_stream, K::mma_stream);
   late({DType::f16, DType::f32, 300, {1024}, {64, 8}, true, 0}, K::mma_pipe, K::mma_pipe);
