@@ -84,8 +84,14 @@ __global__ void __launch_bounds__(H::kDecThreads, MINB) expand_decode_kernel(Dec
     l = p.meta.token_lora_mapping[tok[0]];
     if (l < 0) return;
   }
-  // B (and below x) over the padded rank R: the loads need the slot but not its true rank r; both
-  // are masked to k < r with a select once r is known, so padding (0 or NaN) never reaches the sums.
+  // B (and below x) up to kb: the slot's true rank where the ranks came with the slot (up to 32
+  // slots: a shuffle, no load between the slot and B's loads), else the padded rank R. A mixed-rank
+  // batch's rank-8 token then reads 8 of B's R columns, not R (off-grid bench on the H100 at 54cb5c7,
+  // ranks 8 / 32 / 128, T=7, Llama gate_up: 41.7 µs here against 16.8 for the streaming kernel, as
+  // slow as uniform rank 128). The values are masked to k < r with a select once r is known, so
+  // padding (0 or NaN) never reaches the sums.
+  const int rl = __shfl_sync(0xffffffffu, rk, l & 31);
+  const int kb = p.L <= 32 ? min(rl, p.R) : p.R;
   const T* B = static_cast<const T*>(p.b[s]) + int64_t(l) * Ns * p.R;
   float b[UNR][KV][8];
 #pragma unroll
@@ -96,12 +102,12 @@ __global__ void __launch_bounds__(H::kDecThreads, MINB) expand_decode_kernel(Dec
 #pragma unroll
     for (int i = 0; i < KV; ++i) {
       const int k = (lig + i * G) * 8;
-      if (valid && k < p.R) {
+      if (valid && k < kb) {
         if (p.vecb) {  // R % 8 == 0: the 8 elements are in the row
           load8<T>(brow + k, b[u][i]);
         } else {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) b[u][i][e] = k + e < p.R ? to_f<T>(brow[k + e]) : 0.f;
+          for (int e = 0; e < 8; ++e) b[u][i][e] = k + e < kb ? to_f<T>(brow[k + e]) : 0.f;
         }
       } else {
 #pragma unroll
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(H::kDecThreads, MINB) expand_decode_kernel(Dec
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int k = (lig + i * G) * 8 + e;
-        xr[i][tt][e] = (tok[tt] >= 0 && k < p.R) ? load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k) : 0.f;
+        xr[i][tt][e] = (tok[tt] >= 0 && k < kb) ? load_in(p.x, p.xdt, (int64_t(s) * p.T + tok[tt]) * p.R + k) : 0.f;
       }
   T* Y = static_cast<T*>(p.y) + p.col[s];
   // (per token: a -1 token's block has returned; token tiles: a -1 row is read, never written)
@@ -131,7 +137,6 @@ __global__ void __launch_bounds__(H::kDecThreads, MINB) expand_decode_kernel(Dec
       old[u][tt] = (c < Ns && p.add && tok[tt] >= 0 && (tt % G) == lig) ? to_f<T>(Y[int64_t(tok[tt]) * p.ldy + c])
                                                                         : 0.f;
   }
-  const int rl = __shfl_sync(0xffffffffu, rk, l & 31);
   const int r = min(p.L <= 32 ? rl : p.ranks[l], p.R);
 #pragma unroll
   for (int i = 0; i < KV; ++i)
