@@ -100,16 +100,22 @@ __device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
     if (q < n) w[q >> 1] |= uint32_t(s16[q]) << (16 * (q & 1));
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
+// One 16-byte global store. __stwb (st.global.wb.v4: the default write-back policy) because a
+// plain `*reinterpret_cast<uint4*>(o) = v` came out of the grouped expand as four st.global.u32
+// (PTX at dfc0ced; ncu on the H100: global stores at 8 of 32 bytes per sector).
+__device__ __forceinline__ void st16(void* o, uint4 v) { __stwb(reinterpret_cast<uint4*>(o), v); }
+__device__ __forceinline__ void st16(void* o, float4 v) { __stwb(reinterpret_cast<float4*>(o), v); }
+
 // Stores y[0 .. min(8, n)) at o: one 16-byte store (two for fp32) when whole and aligned.
 template <class TO>
 __device__ __forceinline__ void store_cols(TO* o, const float (&y)[kCols], int64_t n) {
   if (n >= kCols && al16(o)) {
     if constexpr (sizeof(TO) == 4) {
-      reinterpret_cast<float4*>(o)[0] = make_float4(y[0], y[1], y[2], y[3]);
-      reinterpret_cast<float4*>(o)[1] = make_float4(y[4], y[5], y[6], y[7]);
+      st16(o, make_float4(y[0], y[1], y[2], y[3]));
+      st16(o + 4, make_float4(y[4], y[5], y[6], y[7]));
     } else {
-      *reinterpret_cast<uint4*>(o) = make_uint4(pack2_bits<TO>(y[0], y[1]), pack2_bits<TO>(y[2], y[3]),
-                                                pack2_bits<TO>(y[4], y[5]), pack2_bits<TO>(y[6], y[7]));
+      st16(o, make_uint4(pack2_bits<TO>(y[0], y[1]), pack2_bits<TO>(y[2], y[3]), pack2_bits<TO>(y[4], y[5]),
+                         pack2_bits<TO>(y[6], y[7])));
     }
     return;
   }

@@ -143,6 +143,10 @@ template <class T> inline T __ldg(const T* p) {  // a vector load must be aligne
   if (reinterpret_cast<uintptr_t>(p) % sizeof(T)) { std::fprintf(stderr, "misaligned %zu-byte load\n", sizeof(T)); std::abort(); }
   return *p;
 }
+template <class T> inline void __stwb(T* p, T v) {  // a vector store must be aligned to its size on the GPU
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(T)) { std::fprintf(stderr, "misaligned %zu-byte store\n", sizeof(T)); std::abort(); }
+  *p = v;
+}
 inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 using std::min;
 using std::max;
