@@ -10,6 +10,8 @@
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
 # moe   : bench_moe.json timed, decode and prefill apart (issue 44's MoE ops, 2 result JSONs).
 # moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
+# moe_grid: vLLM's MoE LoRA test matrices (vllm_moe_grid.json, SPEC 6.3-6.4) checked, as in full, alone
+#         (check_vllm_moe_grid.json): the MoE kernels' GPU correctness without full's dense grid.
 # offgrid_ab: the expand cases of bench_offgrid.json above rank 64 (128, 256, 512 and the mixed sets)
 #         under --kernel expand=auto / stream / pipe (3 result JSONs).
 # micro : punica-microbench over the H=4096 T=1 and T=8192 bench cases (Google Benchmark JSON,
@@ -19,7 +21,7 @@
 # whose dense kernels a change elsewhere leaves as they were measured).
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
-OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid offgrid_ab moe moe_delta micro layers)}
+OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid offgrid_ab moe moe_delta moe_grid micro layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
@@ -126,6 +128,10 @@ case "$PROFILE" in
       -o "$OUT/bench_moe_delta_decode.json" --overwrite scenarios/bench_moe_delta.json
     step bench_moe_delta_prefill $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 64 -f '/num_requests=(512|4096)/' \
       -o "$OUT/bench_moe_delta_prefill.json" --overwrite scenarios/bench_moe_delta.json
+    ;;
+  moe_grid)
+    step check_vllm_moe_grid $PB check --backend cuda -q --sample-rows 64 -o "$OUT/check_vllm_moe_grid.json" --overwrite \
+      scenarios/vllm_moe_grid.json
     ;;
   bench)
     step bench_lora_ops $PB run --backend cuda --iters 30 --warmup 5 --sample-rows 128 -o "$OUT/bench_lora_ops.json" --overwrite scenarios/bench_lora_ops.json
