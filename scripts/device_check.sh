@@ -92,7 +92,7 @@ case "$PROFILE" in
         --gtest_filter='Cases/MoeLoraAlign.HoldsTheOrderFreeContract/odd?:MoeLoraAlignEdge.*'
       # FlashInfer's MoE LoRA deltas (issue 45): both paths, both gemm1 modes, gemm2, odd shapes
       step "sanitizer_moe_delta_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bgmv_moe_lora_delta_test" \
-        --gtest_filter='BgmvMoeGemm1.FlashInferShapes:BgmvMoeGemm1.DtypesStrideZeroExpertsTileHeights:BgmvMoeGemm1.EmptyBatch:BgmvMoeGemm2.DtypesStrideZeroExperts'
+        --gtest_filter='BgmvMoeGemm1.FlashInferShapes:BgmvMoeGemm1.DtypesStrideZeroExpertsTileHeights:BgmvMoeGemm1.EmptyBatch:BgmvMoeGemm1.ExpandTilesCrossSlices:BgmvMoeGemm2.DtypesStrideZeroExperts'
       # the grouped path's K splits (odd K, a partial last split) and column splits
       [ $tool = memcheck ] && step "sanitizer_moe_delta_splits_$tool" compute-sanitizer --tool $tool --error-exitcode 9 \
         "$BIN/bgmv_moe_lora_delta_test" --gtest_filter='BgmvMoeGemm1.OddShapesBothPaths:BgmvMoeGemm2.ShapesAndPaths'

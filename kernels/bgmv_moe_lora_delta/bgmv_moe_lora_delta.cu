@@ -13,6 +13,7 @@
 //   fp32 [T, H] accumulator (16-byte atomics) that a last kernel rounds into the output.
 // Only each adapter's true rank is read (A rows / B columns past it never); no host synchronisation.
 #include "kernels/bgmv_moe_lora_delta/bgmv_moe_lora_delta.h"
+#include "kernels/common/vec_store.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -100,11 +101,7 @@ __device__ __forceinline__ uint4 load8(const T* src, int64_t n) {
     if (q < n) w[q >> 1] |= uint32_t(s16[q]) << (16 * (q & 1));
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
-// One 16-byte global store. __stwb (st.global.wb.v4: the default write-back policy) because a
-// plain `*reinterpret_cast<uint4*>(o) = v` came out of the grouped expand as four st.global.u32
-// (PTX at dfc0ced; ncu on the H100: global stores at 8 of 32 bytes per sector).
-__device__ __forceinline__ void st16(void* o, uint4 v) { __stwb(reinterpret_cast<uint4*>(o), v); }
-__device__ __forceinline__ void st16(void* o, float4 v) { __stwb(reinterpret_cast<float4*>(o), v); }
+using vec::st16;  // one 16-byte store (kernels/common/vec_store.cuh)
 
 // Stores y[0 .. min(8, n)) at o: one 16-byte store (two for fp32) when whole and aligned.
 template <class TO>
@@ -427,16 +424,24 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) 
 
 // Expand: kNT-column tiles [z * tiles_per_z, ...) of Y[bm, N] = U_s[bm, rp] . B_s^T over the slices;
 // the next tile's B rows are loaded into registers while this tile's mma, epilogue and stores run.
+// Per-tile work is kept to the tile's own (ncu on the H100 at ba9f6ab: this kernel issue-bound at ~54
+// thread instructions per output element): the slice / column of a tile advance as counters (no
+// 64-bit division per tile), a thread's B pieces sit at fixed rows of the tile when a row's pieces
+// (rp / 8) divide the block (every power-of-two padded rank: no division per piece), and each row's
+// output base (gemm1) or token row and weight (gemm2) is staged once per block.
 template <class T, class TO, bool G2>
 __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int64_t pair_sh[64];
+  __shared__ int64_t rowoff_sh[64];  // gemm1: p * ld; gemm2: (p / top_k) * N; -1: no row
+  __shared__ float wt_sh[64];        // the row's scale (x its routing weight for gemm2)
   const Common& c = g.c;
   const int l = blockIdx.y;
   const int e = grouped_block(g, l, blockIdx.x, pair_sh, nullptr);
   if (e < 0) return;
-  const int64_t per_slice = (c.N + kNT - 1) / kNT, ntiles = per_slice * c.S;
-  const int64_t t0 = int64_t(blockIdx.z) * g.tiles_per_z, t1 = min(ntiles, t0 + g.tiles_per_z);
+  const int per_slice = int((c.N + kNT - 1) / kNT), ntiles = per_slice * c.S;
+  const int t0 = int(int64_t(blockIdx.z) * g.tiles_per_z);
+  const int t1 = int(min(int64_t(ntiles), int64_t(t0) + g.tiles_per_z));
   if (t0 >= t1) return;
   const int bm = g.bm;
   const int r = rank_of(c, l), rp = (r + 15) / 16 * 16, SR = c.S * rp;
@@ -447,6 +452,11 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
   const int ldu = g.sr_max + kPad, ldb = rp_max + kPad;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane >> 2, c4 = lane & 3;
   const int MT = bm / 16;
+  if (tid < bm) {  // read after the first __syncthreads of the tile loop
+    const int64_t p = pair_sh[tid];
+    rowoff_sh[tid] = p < 0 ? -1 : G2 ? (p / c.top_k) * c.N : p * g.ld;
+    wt_sh[tid] = p < 0 ? 0.f : G2 ? c.scale * g.w[p] : c.scale;
+  }
   // u rows, rounded to T (zero rows for padding; columns past the true rank are zero: A rows past it
   // were staged as zeros)
   for (int i = tid; i < bm * (SR / 2); i += kThreads) {
@@ -460,31 +470,48 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
   const int etiles = MT * (kNT / 8);          // <= 32: 4 per warp
   const int chunks = rp / 8;                  // 16-byte pieces per B row (up to the padded true rank)
   const int pieces = kNT * chunks;            // per tile: <= 64 x 32 = kMaxPf per thread
+  // Piece i = tid + q * kThreads of a tile is row i / chunks, 16-byte piece i % chunks of it: shifts
+  // where chunks is a power of two (padded ranks 16, 32, 64, 128, 256), else divided out per piece.
+  // (rank 0: chunks = 0 takes the shift branch, pieces = 0 uses none; the division needs chunks >= 3)
+  // (the shift and the test recomputed per piece: two instructions, no register held for them)
+  auto piece = [&](int q, int& n, int& j0) {
+    const int i = tid + q * kThreads;
+    if ((chunks & (chunks - 1)) == 0) {
+      n = i >> (__ffs(chunks) - 1), j0 = (i & (chunks - 1)) * 8;
+    } else {
+      n = i / chunks, j0 = (i % chunks) * 8;
+    }
+  };
   uint4 pf[kMaxPf];
-  auto fetch = [&](int64_t tile) {
-    const int s = int(tile / per_slice);
-    const int64_t n0 = (tile % per_slice) * kNT;
+  auto fetch = [&](int s, int64_t n0) {
     const T* Bs = wmat<T>(c.tb, s * c.E + e, c.sb, l);
 #pragma unroll
     for (int q = 0; q < kMaxPf; ++q) {
-      const int i = tid + q * kThreads;
-      if (i < pieces) {
-        const int n = i / chunks, j0 = (i % chunks) * 8;
+      if (tid + q * kThreads < pieces) {
+        int n, j0;
+        piece(q, n, j0);
         pf[q] = load8(n0 + n < c.N ? Bs + (n0 + n) * c.R + j0 : nullptr, r - j0);
       }
     }
   };
-  fetch(t0);
-  for (int64_t tile = t0; tile < t1; ++tile) {
-    const int s = int(tile / per_slice);
-    const int64_t n0 = (tile % per_slice) * kNT;
+  // the current tile's slice and first column, advanced as counters
+  int s = t0 / per_slice, nt = t0 % per_slice;
+  fetch(s, int64_t(nt) * kNT);
+  for (int tile = t0; tile < t1; ++tile) {
+    const int64_t n0 = int64_t(nt) * kNT;
 #pragma unroll
     for (int q = 0; q < kMaxPf; ++q) {
-      const int i = tid + q * kThreads;
-      if (i < pieces) *reinterpret_cast<uint4*>(sB + (i / chunks) * ldb + (i % chunks) * 8) = pf[q];
+      if (tid + q * kThreads < pieces) {
+        int n, j0;
+        piece(q, n, j0);
+        *reinterpret_cast<uint4*>(sB + n * ldb + j0) = pf[q];
+      }
     }
     __syncthreads();
-    if (tile + 1 < t1) fetch(tile + 1);
+    if (tile + 1 < t1) {  // the next tile: the next column tile of this slice, or the next slice's first
+      const bool wrap = nt + 1 == per_slice;
+      fetch(wrap ? s + 1 : s, int64_t(wrap ? 0 : nt + 1) * kNT);
+    }
     {
       float acc[4][4];
 #pragma unroll
@@ -494,10 +521,10 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
         for (int i = 0; i < 4; ++i) {
           const int t = warp + kWarps * i;
           if (t < etiles) {
-            const int mt = t % MT, nt = t / MT;
+            const int mt = t % MT, ntl = t / MT;
             const T* ar = sU + (mt * 16 + g8) * ldu + s * rp + kk + 2 * c4;
             const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldu), ld32(ar + 8), ld32(ar + 8 * ldu + 8)};
-            const T* br = sB + (nt * 8 + g8) * ldb + kk + 2 * c4;
+            const T* br = sB + (ntl * 8 + g8) * ldb + kk + 2 * c4;
             lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
           }
         }
@@ -506,7 +533,7 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
       for (int i = 0; i < 4; ++i) {
         const int t = warp + kWarps * i;
         if (t < etiles) {
-          const int mt = t % MT, nt = t / MT, row = mt * 16 + g8, col = nt * 8 + 2 * c4;
+          const int mt = t % MT, ntl = t / MT, row = mt * 16 + g8, col = ntl * 8 + 2 * c4;
           *reinterpret_cast<float2*>(sO + row * kOLd + col) = make_float2(acc[i][0], acc[i][1]);
           *reinterpret_cast<float2*>(sO + (row + 8) * kOLd + col) = make_float2(acc[i][2], acc[i][3]);
         }
@@ -514,14 +541,15 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
       __syncthreads();
       for (int i = tid; i < bm * (kNT / kCols); i += kThreads) {
         const int m = i / (kNT / kCols), q = i % (kNT / kCols);
-        const int64_t p = pair_sh[m], col = n0 + q * kCols;
-        if (p < 0 || col >= c.N) continue;
+        const int64_t ro = rowoff_sh[m];
+        const int64_t col = n0 + q * kCols;
+        if (ro < 0 || col >= c.N) continue;
         const float4 lo = *reinterpret_cast<const float4*>(sO + m * kOLd + q * kCols);
         const float4 hi = *reinterpret_cast<const float4*>(sO + m * kOLd + q * kCols + 4);
-        const float f = G2 ? c.scale * g.w[p] : c.scale;
+        const float f = wt_sh[m];
         float y[kCols] = {lo.x * f, lo.y * f, lo.z * f, lo.w * f, hi.x * f, hi.y * f, hi.z * f, hi.w * f};
         if constexpr (G2) {
-          float* dst = g.acc + (p / c.top_k) * c.N + col;
+          float* dst = g.acc + ro + col;
           if (c.N - col >= kCols && al16(dst)) {
             atomicAdd(reinterpret_cast<float4*>(dst), make_float4(y[0], y[1], y[2], y[3]));
             atomicAdd(reinterpret_cast<float4*>(dst + 4), make_float4(y[4], y[5], y[6], y[7]));
@@ -531,11 +559,12 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
               if (col + qq < c.N) atomicAdd(dst + qq, y[qq]);
           }
         } else {
-          store_cols(static_cast<TO*>(g.out) + p * g.ld + int64_t(s) * c.N + col, y, c.N - col);
+          store_cols(static_cast<TO*>(g.out) + ro + int64_t(s) * c.N + col, y, c.N - col);
         }
       }
       __syncthreads();
     }
+    if (++nt == per_slice) nt = 0, ++s;
   }
 }
 

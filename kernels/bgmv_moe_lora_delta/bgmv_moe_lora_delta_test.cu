@@ -141,6 +141,16 @@ TEST(BgmvMoeGemm1, OddShapesBothPaths) {
       }
 }
 
+// The grouped expand's blocks walking from the gate slice's column tiles into the up slice's (1600
+// pairs: 3 of the 2 x 40 tiles per block), regular and shared-A.
+TEST(BgmvMoeGemm1, ExpandTilesCrossSlices) {
+  for (bool sa : {false, true}) {
+    DeltaCase c = mk(400, 4, 40, 2560, 4, 2, 16, kGrouped);
+    c.ranks = {16, 5}; c.shared_a = sa; c.nan_pad = true;
+    run_gemm1(c);
+  }
+}
+
 TEST(BgmvMoeGemm1, LargeRankFallsBackToPairs) {
   DeltaCase c = mk(512, 2, 512, 384, 8, 4, 256, kPairs);  // regular r=256: 512 on-chip columns > 256
   c.ranks = {256, 33};
@@ -173,6 +183,7 @@ TEST(BgmvMoeGemm2, ShapesAndPaths) {
       {7, 2, 1000, 1408, 24, {24, 7, 1}, kPairs}, {512, 2, 1000, 1408, 24, {24, 7, 1}, kGrouped},
       {300, 4, 57, 75, 64, {64, 5}, kGrouped},    {1024, 4, 2048, 768, 128, {128, 64}, kGrouped},
       {64, 2, 1000, 700, 300, {300, 3}, kPairs},  {96, 2, 520, 3000, 24, {24, 9}, kGrouped},  // K split 5
+      {512, 2, 1000, 700, 40, {40, 19}, kGrouped},  // 6 B pieces per row: divided out, not shifted
   };
   for (const auto& g : grid)
     for (bool nan : {false, true})

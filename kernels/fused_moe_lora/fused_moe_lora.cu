@@ -21,6 +21,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
+#include "kernels/common/vec_store.cuh"
 
 namespace punica::kernels {
 namespace {
@@ -547,10 +548,10 @@ __device__ __forceinline__ void store_y8(const Params& p, T* yp, const float* a,
       const float hi = (p.add ? bits_to_f<T>(in[c] >> 16) : 0.f) + round_as<T>(a[2 * c + 1] * wgt);
       out[c] = f_to_bits<T>(lo) | (f_to_bits<T>(hi) << 16);
     }
-    // __stwb (st.global.wb.v4, the default policy): a plain uint4 store through yp came out as four
-    // st.global.u32 (SASS at 54cb5c7; ncu on the H100, Mixtral w13 T=4096 rank 64: global stores at 8
-    // of 32 bytes per sector, the expand 747 of ~890 µs)
-    __stwb(reinterpret_cast<uint4*>(yp), make_uint4(out[0], out[1], out[2], out[3]));
+    // one st.global.v4 (kernels/common/vec_store.cuh): a plain uint4 store through yp came out as
+    // four st.global.u32 (SASS at 54cb5c7; ncu on the H100, Mixtral w13 T=4096 rank 64: global stores
+    // at 8 of 32 bytes per sector, the expand 747 of ~890 µs)
+    vec::st16(yp, make_uint4(out[0], out[1], out[2], out[3]));
   } else {
     for (int c = 0; c < 8 && c < left; ++c) yp[c] = fromf<T>((p.add ? tof<T>(yp[c]) : 0.f) + round_as<T>(a[c] * wgt));
   }

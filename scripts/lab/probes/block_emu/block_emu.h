@@ -147,6 +147,7 @@ template <class T> inline void __stwb(T* p, T v) {  // a vector store must be al
   if (reinterpret_cast<uintptr_t>(p) % sizeof(T)) { std::fprintf(stderr, "misaligned %zu-byte store\n", sizeof(T)); std::abort(); }
   *p = v;
 }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 using std::min;
 using std::max;

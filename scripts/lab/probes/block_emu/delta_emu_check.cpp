@@ -109,6 +109,18 @@ int main() {
     DeltaCase ks2 = mk(48, 2, 40, 2104, 4, 2, 24, kGrouped);  // K split in 4, the last one partial
     ks2.ranks = {24, 5}; ks2.inactive = 0.3; ks2.nan_pad = true;
     gemm2(ks2);
+    // padded ranks whose 16-byte pieces per B row (6, 3) do not divide the expand's 256 threads
+    // (the pieces divided out per piece), and a rank-0 adapter, both halves
+    DeltaCase odd = mk(48, 2, 75, 40, 4, 2, 40, kGrouped);
+    odd.ranks = {40, 0}; odd.nan_pad = true; odd.odd_ids = true;
+    gemm1(odd);
+    odd.ranks = {40, 19}; odd.inactive = 0.2;
+    gemm2(odd);
+    // 1600 pairs: the column split leaves 3 of the 2 x 40 column tiles per expand block, so blocks
+    // run from the gate slice into the up slice (the tile walk's slice counter)
+    DeltaCase cross = mk(400, 4, 40, 2560, 4, 2, 16, kGrouped);
+    cross.ranks = {16, 5};
+    gemm1(cross);
     DeltaCase many = mk(3, 10, 40, 24, 12, 2, 16, kPairs);  // 10 slots over the expand's 8 warps
     many.nan_pad = true; many.odd_ids = true;
     gemm2(many);
