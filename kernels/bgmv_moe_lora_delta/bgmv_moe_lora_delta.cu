@@ -8,11 +8,12 @@
 // - grouped (prefill): moe_lora_align groups the pairs by (adapter, expert); one block per
 //   alignment block (16-64 pairs of one adapter and expert) runs the shrink and the expand as
 //   mma.sync tiles (x rows gathered, A / B tiles staged in shared memory, the intermediate kept on
-//   chip), the output staged in shared memory and stored 16 bytes at a time. gemm1's rows of pairs
+//   chip), the output stored from the mma registers (a quad transpose: 16 bytes a row at bm = 64). gemm1's rows of pairs
 //   without an adapter are zeroed by a separate grid-stride kernel; gemm2 adds weighted rows into an
 //   fp32 [T, H] accumulator (16-byte atomics) that a last kernel rounds into the output.
 // Only each adapter's true rank is read (A rows / B columns past it never); no host synchronisation.
 #include "kernels/bgmv_moe_lora_delta/bgmv_moe_lora_delta.h"
+#include "kernels/common/mma_epilogue.cuh"
 #include "kernels/common/vec_store.cuh"
 
 #include <cuda_bf16.h>
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels/add_lora_embedding/lora_elem.cuh"
 #include "kernels/common/cuda_check.h"
@@ -40,7 +42,7 @@ constexpr int kKCMax = 256;          // grouped shrink: K per shared-memory stag
 constexpr int kPad = 8;              // shared rows padded by 16 bytes: conflict-free fragment reads
 constexpr int kNT = bgmv_detail::kBgmvExpandCols;  // grouped expand: output columns per tile (heuristics.h plans with it)
 constexpr int kMaxTiles = 16;        // grouped shrink: mma tiles per warp (64 pairs x 256 columns)
-constexpr int kMaxPf = 8;            // grouped expand: 16-byte B pieces per thread (64 rows x 256 rank)
+constexpr int kMaxPf = 8;            // grouped expand: 16-byte B pieces per thread per tile (64 rows x 256 rank)
 
 struct Common {
   int64_t P;                 // pairs T*k
@@ -310,12 +312,11 @@ __host__ __device__ constexpr int64_t g_x_elems(int bm, int kc) { return int64_t
 __host__ __device__ constexpr int64_t g_a_elems(int sr_max, int kc) { return int64_t(sr_max) * (kc + kPad); }
 __host__ __device__ constexpr int64_t g_b_elems(int sr_max, int S) { return int64_t(kNT) * (sr_max / S + kPad); }
 __host__ __device__ constexpr int64_t g_u_elems(int bm, int sr_max) { return int64_t(bm) * (sr_max + kPad); }
-constexpr int kOLd = kNT + 4;  // fp32 staging row (16-byte aligned rows)
 inline std::size_t shrink_smem_bytes(int bm, int sr_max, int kc, std::size_t tsize) {
   return std::size_t(g_x_elems(bm, kc) + g_a_elems(sr_max, kc)) * tsize;
 }
 inline std::size_t expand_smem_bytes(int bm, int sr_max, int S, std::size_t tsize) {
-  return std::size_t(g_b_elems(sr_max, S) + g_u_elems(bm, sr_max)) * tsize + std::size_t(bm) * kOLd * 4;
+  return std::size_t(2 * g_b_elems(sr_max, S) + g_u_elems(bm, sr_max)) * tsize;  // two B buffers, the u rows
 }
 // The shrink's K stage: the widest of 256 / 128 / 64 whose tile keeps 2 blocks per SM (<= 110 KB of
 // shared memory), no wider than the split's K rounded up to 64. The stages are synchronous: a wider
@@ -423,7 +424,11 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) 
 }
 
 // Expand: kNT-column tiles [z * tiles_per_z, ...) of Y[bm, N] = U_s[bm, rp] . B_s^T over the slices;
-// the next tile's B rows are loaded into registers while this tile's mma, epilogue and stores run.
+// the next tile's B rows are copied (cp.async) into the other of two shared B buffers while this
+// tile's mma and stores run (one barrier per tile). Each warp holds one 16-row m-tile and NT =
+// bm / 16 adjacent 8-column n-tiles of it (the m-tile's A fragments loaded once per k step for all
+// NT) and stores its accumulators from registers (kernels/common/mma_epilogue.cuh: a quad transpose,
+// then one 16-byte store per row at bm = 64), no shared-memory staging of the output.
 // Per-tile work is kept to the tile's own (ncu on the H100 at ba9f6ab: this kernel issue-bound at ~54
 // thread instructions per output element): the slice / column of a tile advance as counters (no
 // 64-bit division per tile), a thread's B pieces sit at fixed rows of the tile when a row's pieces
@@ -446,12 +451,11 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
   const int bm = g.bm;
   const int r = rank_of(c, l), rp = (r + 15) / 16 * 16, SR = c.S * rp;
   const int rp_max = g.sr_max / c.S;
-  T* sB = reinterpret_cast<T*>(smem);
-  T* sU = sB + g_b_elems(g.sr_max, c.S);
-  float* sO = reinterpret_cast<float*>(sU + g_u_elems(bm, g.sr_max));
+  const int64_t b_elems = g_b_elems(g.sr_max, c.S);
+  T* sB0 = reinterpret_cast<T*>(smem);  // two B buffers of b_elems
+  T* sU = sB0 + 2 * b_elems;
   const int ldu = g.sr_max + kPad, ldb = rp_max + kPad;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane >> 2, c4 = lane & 3;
-  const int MT = bm / 16;
   if (tid < bm) {  // read after the first __syncthreads of the tile loop
     const int64_t p = pair_sh[tid];
     rowoff_sh[tid] = p < 0 ? -1 : G2 ? (p / c.top_k) * c.N : p * g.ld;
@@ -467,7 +471,6 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
     sU[m * ldu + j] = from_f<T>(v.x);
     sU[m * ldu + j + 1] = from_f<T>(v.y);
   }
-  const int etiles = MT * (kNT / 8);          // <= 32: 4 per warp
   const int chunks = rp / 8;                  // 16-byte pieces per B row (up to the padded true rank)
   const int pieces = kNT * chunks;            // per tile: <= 64 x 32 = kMaxPf per thread
   // Piece i = tid + q * kThreads of a tile is row i / chunks, 16-byte piece i % chunks of it: shifts
@@ -482,90 +485,85 @@ __global__ void __launch_bounds__(kThreads, 3) grouped_expand_kernel(Grouped g) 
       n = i / chunks, j0 = (i % chunks) * 8;
     }
   };
-  uint4 pf[kMaxPf];
-  auto fetch = [&](int s, int64_t n0) {
+  // A tile's B pieces go straight to shared memory: cp.async where a piece is whole and 16-byte
+  // aligned (nothing held in registers across the mma: with a register prefetch of up to kMaxPf
+  // pieces the kernel spilled at 3 blocks per SM), else a load and a store (odd ranks or strides).
+  auto fetch = [&](int s, int64_t n0, T* dst) {
     const T* Bs = wmat<T>(c.tb, s * c.E + e, c.sb, l);
 #pragma unroll
     for (int q = 0; q < kMaxPf; ++q) {
       if (tid + q * kThreads < pieces) {
         int n, j0;
         piece(q, n, j0);
-        pf[q] = load8(n0 + n < c.N ? Bs + (n0 + n) * c.R + j0 : nullptr, r - j0);
+        const T* src = n0 + n < c.N ? Bs + (n0 + n) * c.R + j0 : nullptr;
+        T* d = dst + n * ldb + j0;
+        if (src && r - j0 >= 8 && al16(src)) lora_dev::cp_async16(lora_dev::smem_u32(d), src, 16);
+        else *reinterpret_cast<uint4*>(d) = load8(src, r - j0);
       }
     }
+    lora_dev::cp_async_commit();
   };
-  // the current tile's slice and first column, advanced as counters
-  int s = t0 / per_slice, nt = t0 % per_slice;
-  fetch(s, int64_t(nt) * kNT);
-  for (int tile = t0; tile < t1; ++tile) {
-    const int64_t n0 = int64_t(nt) * kNT;
-#pragma unroll
-    for (int q = 0; q < kMaxPf; ++q) {
-      if (tid + q * kThreads < pieces) {
-        int n, j0;
-        piece(q, n, j0);
-        *reinterpret_cast<uint4*>(sB + n * ldb + j0) = pf[q];
-      }
-    }
-    __syncthreads();
-    if (tile + 1 < t1) {  // the next tile: the next column tile of this slice, or the next slice's first
-      const bool wrap = nt + 1 == per_slice;
-      fetch(wrap ? s + 1 : s, int64_t(wrap ? 0 : nt + 1) * kNT);
-    }
-    {
-      float acc[4][4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-      for (int kk = 0; kk < rp; kk += 16) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = warp + kWarps * i;
-          if (t < etiles) {
-            const int mt = t % MT, ntl = t / MT;
-            const T* ar = sU + (mt * 16 + g8) * ldu + s * rp + kk + 2 * c4;
-            const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldu), ld32(ar + 8), ld32(ar + 8 * ldu + 8)};
-            const T* br = sB + (ntl * 8 + g8) * ldb + kk + 2 * c4;
-            lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int t = warp + kWarps * i;
-        if (t < etiles) {
-          const int mt = t % MT, ntl = t / MT, row = mt * 16 + g8, col = ntl * 8 + 2 * c4;
-          *reinterpret_cast<float2*>(sO + row * kOLd + col) = make_float2(acc[i][0], acc[i][1]);
-          *reinterpret_cast<float2*>(sO + (row + 8) * kOLd + col) = make_float2(acc[i][2], acc[i][3]);
-        }
-      }
+  // NT = bm / 16 n-tiles per warp (kWarps / NT warps per m-tile): 1, 2 or 4, a constant per loop
+  auto tiles = [&](auto nt_const) {
+    constexpr int NT = decltype(nt_const)::value;
+    const int wpm = kWarps / NT, mt = warp / wpm, nb = (warp % wpm) * NT;
+    const int row0 = mt * 16 + g8;
+    const int cw = nb * 8 + mma_epi::first_col<NT>(c4);  // the thread's first column in a tile
+    // the current tile's slice and first column, advanced as counters
+    int s = t0 / per_slice, nt = t0 % per_slice, buf = 0;
+    fetch(s, int64_t(nt) * kNT, sB0);
+    for (int tile = t0; tile < t1; ++tile) {
+      const int64_t n0 = int64_t(nt) * kNT;
+      const T* sB = sB0 + buf * b_elems;
+      lora_dev::cp_async_wait<0>();
+      // (this tile's B in place; the other buffer was last read by the previous tile's mma)
       __syncthreads();
-      for (int i = tid; i < bm * (kNT / kCols); i += kThreads) {
-        const int m = i / (kNT / kCols), q = i % (kNT / kCols);
-        const int64_t ro = rowoff_sh[m];
-        const int64_t col = n0 + q * kCols;
-        if (ro < 0 || col >= c.N) continue;
-        const float4 lo = *reinterpret_cast<const float4*>(sO + m * kOLd + q * kCols);
-        const float4 hi = *reinterpret_cast<const float4*>(sO + m * kOLd + q * kCols + 4);
-        const float f = wt_sh[m];
-        float y[kCols] = {lo.x * f, lo.y * f, lo.z * f, lo.w * f, hi.x * f, hi.y * f, hi.z * f, hi.w * f};
-        if constexpr (G2) {
-          float* dst = g.acc + ro + col;
-          if (c.N - col >= kCols && al16(dst)) {
-            atomicAdd(reinterpret_cast<float4*>(dst), make_float4(y[0], y[1], y[2], y[3]));
-            atomicAdd(reinterpret_cast<float4*>(dst + 4), make_float4(y[4], y[5], y[6], y[7]));
-          } else {
+      if (tile + 1 < t1) {  // the next tile: the next column tile of this slice, or the next slice's first
+        const bool wrap = nt + 1 == per_slice;
+        fetch(wrap ? s + 1 : s, int64_t(wrap ? 0 : nt + 1) * kNT, sB0 + (buf ^ 1) * b_elems);
+      }
+      float acc[NT][4];
 #pragma unroll
-            for (int qq = 0; qq < kCols; ++qq)
-              if (col + qq < c.N) atomicAdd(dst + qq, y[qq]);
+      for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+      for (int kk = 0; kk < rp; kk += 16) {
+        const T* ar = sU + row0 * ldu + s * rp + kk + 2 * c4;
+        const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldu), ld32(ar + 8), ld32(ar + 8 * ldu + 8)};
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+          const T* br = sB + ((nb + i) * 8 + g8) * ldb + kk + 2 * c4;
+          lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
+        }
+      }
+      const int64_t col = n0 + cw;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t ro = rowoff_sh[row0 + 8 * h];
+        const float f = wt_sh[row0 + 8 * h];
+        const bool live = ro >= 0 && col < c.N;  // (every lane shuffles: tested after the gather)
+        if constexpr (G2 || sizeof(TO) == 4) {
+          float2 w[NT];
+#pragma unroll
+          for (int i = 0; i < NT; ++i) w[i] = make_float2(acc[i][2 * h] * f, acc[i][2 * h + 1] * f);
+          mma_epi::gather<NT>(w, c4);
+          if (live) {
+            if constexpr (G2) mma_epi::add_words<NT>(g.acc + ro + col, w, c.N - col);
+            else mma_epi::store_words<NT>(reinterpret_cast<float*>(g.out) + ro + int64_t(s) * c.N + col, w, c.N - col);
           }
         } else {
-          store_cols(static_cast<TO*>(g.out) + ro + int64_t(s) * c.N + col, y, c.N - col);
+          uint32_t w[NT];
+#pragma unroll
+          for (int i = 0; i < NT; ++i) w[i] = pack2_bits<TO>(acc[i][2 * h] * f, acc[i][2 * h + 1] * f);
+          mma_epi::gather<NT>(w, c4);
+          if (live) mma_epi::store_words<NT>(static_cast<TO*>(g.out) + ro + int64_t(s) * c.N + col, w, c.N - col);
         }
       }
-      __syncthreads();
+      buf ^= 1;
+      if (++nt == per_slice) nt = 0, ++s;
     }
-    if (++nt == per_slice) nt = 0, ++s;
-  }
+  };
+  if (bm == 64) tiles(std::integral_constant<int, 4>{});
+  else if (bm == 32) tiles(std::integral_constant<int, 2>{});
+  else tiles(std::integral_constant<int, 1>{});
 }
 
 // gemm1 grouped path: the rows of pairs without a delta (the alignment lists only the others).

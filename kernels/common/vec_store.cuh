@@ -25,4 +25,18 @@ __device__ __forceinline__ void st16(void* p, float4 v) {  // the same store of 
   __stwb(reinterpret_cast<float4*>(p), v);
 #endif
 }
+__device__ __forceinline__ void st8(void* p, uint2 v) {  // one 8-byte store (st.global.v2)
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
+#else
+  __stwb(reinterpret_cast<uint2*>(p), v);
+#endif
+}
+__device__ __forceinline__ void st8(void* p, float2 v) {  // the same store of the floats' bits
+#if defined(__CUDA_ARCH__)
+  st8(p, make_uint2(__float_as_uint(v.x), __float_as_uint(v.y)));
+#else
+  __stwb(reinterpret_cast<float2*>(p), v);
+#endif
+}
 }  // namespace punica::kernels::vec

@@ -21,6 +21,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/error.h"
+#include "kernels/common/mma_epilogue.cuh"
 #include "kernels/common/vec_store.cuh"
 
 namespace punica::kernels {
@@ -386,6 +387,7 @@ __device__ __forceinline__ int item_pairs(const Params& p, int64_t w, const int*
     l = p.map[w / p.top_k];
     e = p.eids[w];
     if (l < 0 || l >= p.L || (p.enabled && p.enabled[l] == 0) || e < 0 || e >= p.E) return 0;
+    __syncthreads();  // (the expands' tile loops have no barrier) the previous item's pairs_sh read
     if (threadIdx.x == 0) pairs_sh[0] = int(w);
     __syncthreads();
     return 1;
@@ -579,24 +581,35 @@ __device__ __forceinline__ void block_tiles(const Params& p, int64_t& t0, int64_
   t1 = t0 + p.tn < ntiles ? t0 + p.tn : ntiles;
 }
 
-// A warp's 16 x 8 accumulator tile into the block's 16 x 128 staging tile at column c (= its 2t).
-__device__ __forceinline__ void stash_acc(float (*acc_sh)[kExpandCols + 4], const float (&acc)[4], int c, int g) {
-  acc_sh[g][c] = acc[0];
-  acc_sh[g][c + 1] = acc[1];
-  acc_sh[g + 8][c] = acc[2];
-  acc_sh[g + 8][c + 1] = acc[3];
+// A warp's 16 x 32 accumulator tile (acc[n]: n-tile n) into y from registers: after the quad
+// transpose (kernels/common/mma_epilogue.cuh) the thread holds columns col .. col + 8 (col = the
+// tile's + warp * 32 + 8t) of its rows g, g + 8 (row[h]: the pair, -1 none; old[h]: its y, loaded
+// before), one 16-byte store each. Every lane calls it (it shuffles).
+template <class T>
+__device__ __forceinline__ void store_acc(const Params& p, T* y, const float (&acc)[4][4], const int64_t (&row)[2],
+                                          const float (&wgt)[2], const uint4 (&old)[2], int64_t col, int s, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float2 v[4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) v[n] = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+    mma_epi::gather<4>(v, t);
+    if (row[h] < 0 || col >= p.N) continue;
+    const float a[8] = {v[0].x, v[0].y, v[1].x, v[1].y, v[2].x, v[2].y, v[3].x, v[3].y};
+    store_y8<T>(p, y + row[h] * p.ldy + p.offset + int64_t(s) * p.N + col, a, wgt[h], old[h], p.N - col);
+  }
 }
 
 // Expand-only (intermediate in the output dtype): y[pair, offset + s*N + n] (+)= round(w * B[l,e][n] . u)
 // over column tiles of 128 (a warp 4 n8 tiles); a block walks `tn` tiles of one item, the next tile's
-// y loaded before the current tile's epilogue. u fragments: rows g, g + 8 of the chunk,
-// rank j = 16 ks + 4t .. + 3 (an 8-byte load), zero past the true rank; B alike per column.
+// y loaded before the current tile's epilogue, stored from registers (no barrier per tile). u
+// fragments: rows g, g + 8 of the chunk, rank j = 16 ks + 4t .. + 3 (an 8-byte load), zero past the
+// true rank; B alike per column.
 template <class T, int KS>
 __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_kernel(Params p) {
   __shared__ int pre_sh[kMmaThreads], slot_sh[kMmaThreads];
   __shared__ int pairs_sh[kMoeLoraMaxBlockSize];
   __shared__ int npairs_sh;
-  __shared__ float acc_sh[kMmaRows][kExpandCols + 4];
   const int64_t total = work_prefix(p, pre_sh, slot_sh);
   const int s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -613,28 +626,27 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
     const T* Bm = static_cast<const T*>(p.B[s]) + int64_t(l) * p.b_lora_stride + int64_t(e) * p.b_expert_stride;
     for (int c0 = 0; c0 < npairs; c0 += kMmaRows) {
       const int cn = min(kMmaRows, npairs - c0);
-      // epilogue units: 16 rows x 16 groups of 8 columns, two per thread (16 threads per row)
+      // the thread's output rows g, g + 8 of the chunk, columns warp * 32 + 8t .. + 8 of a tile
       int64_t urow[2];
-      int ucg[2];
       float wgt[2];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16;
-        ucg[i] = unit % 16;
-        urow[i] = q < cn ? int64_t(pairs_sh[c0 + q]) : -1;
-        wgt[i] = (q < cn && p.mul) ? p.w[urow[i]] : 1.f;
+      for (int h = 0; h < 2; ++h) {
+        const int q = g + 8 * h;
+        urow[h] = q < cn ? int64_t(pairs_sh[c0 + q]) : -1;
+        wgt[h] = (q < cn && p.mul) ? p.w[urow[h]] : 1.f;
       }
+      const int ccol = warp * 32 + 8 * t;
       auto load_b = [&](int64_t tile, uint32_t (&bf)[4][KS][2]) {
 #pragma unroll
         for (int n = 0; n < 4; ++n) load_b_col<KS>(p, Bm, tile * kExpandCols + warp * 32 + n * 8 + g, rl, t, bf[n]);
       };
       auto load_y = [&](int64_t tile, uint4 (&yv)[2]) {
+        const int64_t col = tile * kExpandCols + ccol;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          yv[i] = make_uint4(0u, 0u, 0u, 0u);
-          const int64_t col = tile * kExpandCols + ucg[i] * 8;
-          if (p.vec_y && p.add && urow[i] >= 0 && col < p.N)
-            yv[i] = ldg16(y + urow[i] * p.ldy + p.offset + int64_t(s) * p.N + col);
+        for (int h = 0; h < 2; ++h) {
+          yv[h] = make_uint4(0u, 0u, 0u, 0u);
+          if (p.vec_y && p.add && urow[h] >= 0 && col < p.N)
+            yv[h] = ldg16(y + urow[h] * p.ldy + p.offset + int64_t(s) * p.N + col);
         }
       };
       uint32_t bcur[4][KS][2];
@@ -666,19 +678,7 @@ __global__ void __launch_bounds__(kMmaThreads, KS >= 4 ? 3 : 4) moe_mma_expand_k
             if (ks * 16 < rl) mma16816<T>(acc[n], ua[ks], bcur[n][ks]);
         }
         if (tile + 1 < tile1) load_y(tile + 1, ynext);
-#pragma unroll
-        for (int n = 0; n < 4; ++n) stash_acc(acc_sh, acc[n], warp * 32 + n * 8 + 2 * t, g);
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          if (urow[i] < 0) continue;
-          const int q = (threadIdx.x + kMmaThreads * i) / 16;
-          const int64_t col = tile * kExpandCols + ucg[i] * 8;
-          if (col >= p.N) continue;
-          T* yp = y + urow[i] * p.ldy + p.offset + int64_t(s) * p.N + col;
-          store_y8<T>(p, yp, &acc_sh[q][ucg[i] * 8], wgt[i], ycur[i], p.N - col);
-        }
-        __syncthreads();
+        store_acc<T>(p, y, acc, urow, wgt, ycur, tile * kExpandCols + ccol, s, t);
         if (tile + 1 < tile1) {
           ycur[0] = ynext[0];
           ycur[1] = ynext[1];
@@ -696,7 +696,6 @@ __global__ void __launch_bounds__(kMmaThreads, 3) moe_mma_expand_group_kernel(Pa
   __shared__ int pre_sh[kMmaThreads], slot_sh[kMmaThreads];
   __shared__ int pairs_sh[G][kMmaRows];
   __shared__ int n_sh[G], l_sh[G], e_sh[G];
-  __shared__ float acc_sh[kMmaRows][kExpandCols + 4];
   int64_t tile0, tile1;
   block_tiles(p, tile0, tile1);
   T* y = static_cast<T*>(p.y);
@@ -748,17 +747,17 @@ __global__ void __launch_bounds__(kMmaThreads, 3) moe_mma_expand_group_kernel(Pa
       }
     }
     for (int64_t tile = tile0; tile < tile1; ++tile) {
-      // y of every item's rows first (16 threads per row, 8 columns each, two rows per thread)
+      // y of every item's rows first: the thread's rows g8, g8 + 8, columns warp * 32 + 8t .. + 8
+      const int64_t col = tile * kExpandCols + warp * 32 + 8 * t;
       uint4 yv[G][2];
 #pragma unroll
       for (int g = 0; g < G; ++g)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16;
-          const int64_t col = tile * kExpandCols + (unit % 16) * 8;
-          yv[g][i] = make_uint4(0u, 0u, 0u, 0u);
+        for (int h = 0; h < 2; ++h) {
+          const int q = g8 + 8 * h;
+          yv[g][h] = make_uint4(0u, 0u, 0u, 0u);
           if (p.vec_y && p.add && q < n_sh[g] && col < p.N)
-            yv[g][i] = ldg16(y + int64_t(pairs_sh[g][q]) * p.ldy + p.offset + int64_t(s) * p.N + col);
+            yv[g][h] = ldg16(y + int64_t(pairs_sh[g][q]) * p.ldy + p.offset + int64_t(s) * p.N + col);
         }
       uint32_t bf[4][KS][2];
       int key_l = -1, key_e = -1;
@@ -780,22 +779,19 @@ __global__ void __launch_bounds__(kMmaThreads, 3) moe_mma_expand_group_kernel(Pa
 #pragma unroll
           for (int ks = 0; ks < KS; ++ks)
             if (ks * 16 < rl[g]) mma16816<T>(acc[nn], ua[g][ks], bf[nn][ks]);
-          stash_acc(acc_sh, acc[nn], warp * 32 + nn * 8 + 2 * t, g8);
         }
-        __syncthreads();
+        int64_t row[2];
+        float wgt[2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int unit = threadIdx.x + kMmaThreads * i, q = unit / 16, cg = unit % 16;
-          const int64_t col = tile * kExpandCols + cg * 8;
-          if (q >= n || col >= p.N) continue;
-          const int64_t pr = pairs_sh[g][q];
-          const float wgt = p.mul ? p.w[pr] : 1.f;
-          T* yp = y + pr * p.ldy + p.offset + int64_t(s) * p.N + col;
-          store_y8<T>(p, yp, &acc_sh[q][cg * 8], wgt, yv[g][i], p.N - col);
+        for (int h = 0; h < 2; ++h) {
+          const int q = g8 + 8 * h;
+          row[h] = q < n ? int64_t(pairs_sh[g][q]) : -1;
+          wgt[h] = (q < n && p.mul) ? p.w[row[h]] : 1.f;
         }
-        __syncthreads();
+        store_acc<T>(p, y, acc, row, wgt, yv[g], col, s, t);
       }
     }
+    __syncthreads();  // (no barrier in the tile loop) every thread is done with pairs_sh / n_sh
   }
 }
 

@@ -149,6 +149,11 @@ template <class T> inline void __stwb(T* p, T v) {  // a vector store must be al
 }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
+inline float atomicAdd(float* p, float v) { float o = *p; *p += v; return o; }
+inline float4 atomicAdd(float4* p, float4 v) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) { std::fprintf(stderr, "misaligned float4 atomic\n"); std::abort(); }
+  float4 o = *p; p->x += v.x; p->y += v.y; p->z += v.z; p->w += v.w; return o;
+}
 using std::min;
 using std::max;
 namespace cub {

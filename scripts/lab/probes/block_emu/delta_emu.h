@@ -36,6 +36,34 @@ inline float warp_sum(float v) {
   for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// cp.async: each fiber's copies are queued and land only at its cp_async_wait (a read of the
+// destination before the wait and its barrier sees the old bytes, as it may on the GPU).
+struct AsyncCopy { void* dst; const void* src; int bytes; long group; };
+inline std::vector<AsyncCopy> async_q[1024];
+inline long async_groups[1024];
+inline void* smem_u32(void* p) { return p; }
+inline void cp_async16(void* dst, const void* src, int src_bytes) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 || (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % 16)) {
+    std::fprintf(stderr, "misaligned cp.async\n");
+    std::abort();
+  }
+  const int lin = ::emu::fibers[::emu::cur].lin;
+  async_q[lin].push_back({dst, src, src_bytes, async_groups[lin]});
+}
+inline void cp_async_commit() { ++async_groups[::emu::fibers[::emu::cur].lin]; }
+template <int N> inline void cp_async_wait() {  // completes every group but the newest N
+  const int lin = ::emu::fibers[::emu::cur].lin;
+  std::vector<AsyncCopy> keep;
+  for (const AsyncCopy& a : async_q[lin]) {
+    if (a.group < async_groups[lin] - N) {
+      std::memset(a.dst, 0, 16);
+      if (a.bytes > 0) std::memcpy(a.dst, a.src, size_t(a.bytes));
+    } else {
+      keep.push_back(a);
+    }
+  }
+  async_q[lin] = keep;
+}
 inline uint32_t mma_a[32][32][4], mma_b[32][32][2];
 template <class T> struct MmaOp {
   static float half_of(uint32_t w, int hi) {
@@ -65,8 +93,3 @@ template <class T> struct MmaOp {
 };
 }  // namespace lora_dev
 }  // namespace punica::kernels
-inline float atomicAdd(float* p, float v) { float o = *p; *p += v; return o; }
-inline float4 atomicAdd(float4* p, float4 v) {
-  if (reinterpret_cast<uintptr_t>(p) % 16) { std::fprintf(stderr, "misaligned float4 atomic\n"); std::abort(); }
-  float4 o = *p; p->x += v.x; p->y += v.y; p->z += v.z; p->w += v.w; return o;
-}

@@ -121,6 +121,19 @@ int main() {
     DeltaCase cross = mk(400, 4, 40, 2560, 4, 2, 16, kGrouped);
     cross.ranks = {16, 5};
     gemm1(cross);
+    // the register epilogue's stores (mma_epilogue.cuh) at odd widths: whole and partial chunks of
+    // 8 (bm64) / 4 (bm32) columns, rows whose starts are not aligned to the chunk, fp32 and bf16
+    DeltaCase o64 = mk(100, 4, 37, 37, 4, 2, 16, kGrouped);
+    o64.ranks = {16, 9}; o64.extra_ld = 1; o64.nan_pad = true;
+    gemm1(o64);
+    gemm2(o64);
+    o64.out = DType::f32;
+    gemm1(o64);
+    gemm2(o64);
+    DeltaCase o32 = mk(64, 4, 45, 37, 4, 2, 32, kGrouped);
+    o32.ranks = {32, 17}; o32.inactive = 0.2;
+    gemm1(o32);
+    gemm2(o32);
     DeltaCase many = mk(3, 10, 40, 24, 12, 2, 16, kPairs);  // 10 slots over the expand's 8 warps
     many.nan_pad = true; many.odd_ids = true;
     gemm2(many);
