@@ -313,14 +313,15 @@ __host__ __device__ constexpr int64_t g_a_elems(int sr_max, int kc) { return int
 __host__ __device__ constexpr int64_t g_b_elems(int sr_max, int S) { return int64_t(kNT) * (sr_max / S + kPad); }
 __host__ __device__ constexpr int64_t g_u_elems(int bm, int sr_max) { return int64_t(bm) * (sr_max + kPad); }
 inline std::size_t shrink_smem_bytes(int bm, int sr_max, int kc, std::size_t tsize) {
-  return std::size_t(g_x_elems(bm, kc) + g_a_elems(sr_max, kc)) * tsize;
+  return std::size_t(2 * (g_x_elems(bm, kc) + g_a_elems(sr_max, kc))) * tsize;  // two K stages
 }
 inline std::size_t expand_smem_bytes(int bm, int sr_max, int S, std::size_t tsize) {
   return std::size_t(2 * g_b_elems(sr_max, S) + g_u_elems(bm, sr_max)) * tsize;  // two B buffers, the u rows
 }
-// The shrink's K stage: the widest of 256 / 128 / 64 whose tile keeps 2 blocks per SM (<= 110 KB of
-// shared memory), no wider than the split's K rounded up to 64. The stages are synchronous: a wider
-// stage puts more bytes in flight per block (the shrink is latency-bound, its math negligible).
+// The shrink's K stage: the widest of 256 / 128 / 64 whose two stages keep 2 blocks per SM (<= 110 KB
+// of shared memory), no wider than the split's K rounded up to 64. Two stages: the next one's cp.async
+// copies are in flight while this one's mma runs (the shrink is latency-bound, its math negligible;
+// before, one synchronous stage of twice the width: ncu at ba9f6ab 0.46 issue, 25% occupancy).
 inline int grouped_kc(int bm, int sr_max, int64_t K, std::size_t tsize) {
   int kc = kKCMax;
   while (kc > 64 && (shrink_smem_bytes(bm, sr_max, kc, tsize) > (std::size_t(110) << 10) || kc / 2 >= K)) kc /= 2;
@@ -364,7 +365,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) 
   const int r = rank_of(c, l), rp = (r + 15) / 16 * 16, SR = c.S * rp;
   if (SR == 0) return;
   T* sX = reinterpret_cast<T*>(smem);
-  T* sA = sX + g_x_elems(bm, kc);
   const int ldx = kc + kPad;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane >> 2, c4 = lane & 3;
   const T* X = static_cast<const T*>(c.x);
@@ -374,33 +374,51 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) 
 #pragma unroll
   for (int i = 0; i < kMaxTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   const int qn = kc / 8;  // 16-byte pieces per staged row
-  for (int64_t k0 = kb; k0 < ke; k0 += kc) {
+  const int64_t stage_elems = g_x_elems(bm, kc) + g_a_elems(g.sr_max, kc);
+  // K stage [k0, k0 + kc) into buffer b: cp.async where a piece is whole and 16-byte aligned, else a
+  // load and a store (odd K or strides; zeros past K and the true rank)
+  auto put = [&](T* dst, const T* src, int64_t n) {
+    if (src && n >= 8 && al16(src)) lora_dev::cp_async16(lora_dev::smem_u32(dst), src, 16);
+    else *reinterpret_cast<uint4*>(dst) = load8(src, n);
+  };
+  auto stage = [&](int64_t k0, int b) {
+    T* bX = sX + b * stage_elems;
+    T* bA = bX + g_x_elems(bm, kc);
     for (int i = tid; i < bm * qn; i += kThreads) {
       const int m = i / qn, q = i % qn;
       const int64_t col = k0 + q * 8;
-      stage8(sX + m * ldx + q * 8, xrow_sh[m] >= 0 ? X + xrow_sh[m] * c.K + col : nullptr, ke - col);
+      put(bX + m * ldx + q * 8, xrow_sh[m] >= 0 ? X + xrow_sh[m] * c.K + col : nullptr, ke - col);
     }
     for (int i = tid; i < SR * qn; i += kThreads) {
       const int ci = i / qn, q = i % qn, s = ci / rp, j = ci % rp;
       const int64_t col = k0 + q * 8;
-      stage8(sA + ci * ldx + q * 8, j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K + col : nullptr,
-             ke - col);
+      put(bA + ci * ldx + q * 8, j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K + col : nullptr,
+          ke - col);
     }
+    lora_dev::cp_async_commit();
+  };
+  stage(kb, 0);
+  int b = 0;
+  for (int64_t k0 = kb; k0 < ke; k0 += kc, b ^= 1) {
+    lora_dev::cp_async_wait<0>();
+    // (this stage in place; the other buffer was last read by the previous stage's mma)
     __syncthreads();
+    if (k0 + kc < ke) stage(k0 + kc, b ^ 1);
+    const T* bX = sX + b * stage_elems;
+    const T* bA = bX + g_x_elems(bm, kc);
     for (int kk = 0; kk < kc; kk += 16) {
 #pragma unroll
       for (int i = 0; i < kMaxTiles; ++i) {
         const int t = warp + kWarps * i;
         if (t < tiles) {
           const int mt = t % MT, nt = t / MT;
-          const T* ar = sX + (mt * 16 + g8) * ldx + kk + 2 * c4;
+          const T* ar = bX + (mt * 16 + g8) * ldx + kk + 2 * c4;
           const uint32_t af[4] = {ld32(ar), ld32(ar + 8 * ldx), ld32(ar + 8), ld32(ar + 8 * ldx + 8)};
-          const T* br = sA + (nt * 8 + g8) * ldx + kk + 2 * c4;
+          const T* br = bA + (nt * 8 + g8) * ldx + kk + 2 * c4;
           lora_dev::MmaOp<T>::run(acc[i], af, ld32(br), ld32(br + 8));
         }
       }
     }
-    __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < kMaxTiles; ++i) {
