@@ -8,6 +8,7 @@
 # full  : the full vLLM kernel grid checked (--sample-rows, 12 parallel shards -> check_vllm_grid.tgz),
 #         the model-shaped scenarios timed.
 # layers: mpirun -np <GPUs> over the layer scenarios (NCCL), the MoE layer's included, result JSON.
+# moe_quick: the MoE and delta kernels' part of quick alone (GPU tests, sanitizers, CI scenarios).
 # moe   : bench_moe.json timed, decode and prefill apart (issue 44's MoE ops, 2 result JSONs).
 # moe_delta: bench_moe_delta.json timed, decode and prefill apart (FlashInfer's MoE LoRA deltas, 2 result JSONs).
 # moe_grid: vLLM's MoE LoRA test matrices (vllm_moe_grid.json, SPEC 6.3-6.4) checked, as in full, alone
@@ -21,7 +22,7 @@
 # whose dense kernels a change elsewhere leaves as they were measured).
 # Binaries come from .carry/punica-bin.txz (or .tgz) or .carry/bin (scripts/stage_device.sh here) or PUNICA_BIN.
 set -uo pipefail
-OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid offgrid_ab moe moe_delta moe_grid micro layers)}
+OUT=${1:?usage: device_check.sh OUTDIR PROFILE [PROFILE...] (quick bench full offgrid offgrid_ab moe_quick moe moe_delta moe_grid micro layers)}
 shift
 PROFILES=${*:-quick}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
@@ -68,6 +69,24 @@ step() {  # step NAME CMD... : run, log, remember failures, never stop the scrip
 nvidia-smi > "$OUT/logs/nvidia-smi.txt" 2>&1
 $PB info > "$OUT/logs/info.txt" 2>&1
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+# The MoE kernels under the sanitizers, on their odd-shape cases, the one call's split-K shrink (its
+# tickets) and the w13 -> w2 chain; FlashInfer's deltas likewise (quick and moe_quick).
+moe_checks() {
+  for tool in memcheck racecheck initcheck; do
+    step "sanitizer_moe_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fused_moe_lora_test" \
+      --gtest_filter='Cases/FusedMoeLoraOdd.MatchesReference/fused?:AddLoraW13W2.*:Cases/FusedMoeLoraTiles.MatchesReference/splitk*'
+    step "sanitizer_moe_align_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/moe_lora_align_test" \
+      --gtest_filter='Cases/MoeLoraAlign.HoldsTheOrderFreeContract/odd?:MoeLoraAlignEdge.*'
+    # FlashInfer's MoE LoRA deltas (issue 45): both paths, both gemm1 modes, gemm2, odd shapes
+    step "sanitizer_moe_delta_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bgmv_moe_lora_delta_test" \
+      --gtest_filter='BgmvMoeGemm1.FlashInferShapes:BgmvMoeGemm1.DtypesStrideZeroExpertsTileHeights:BgmvMoeGemm1.EmptyBatch:BgmvMoeGemm1.ExpandTilesCrossSlices:BgmvMoeGemm2.DtypesStrideZeroExperts'
+    # the grouped path's K splits (odd K, a partial last split) and column splits
+    [ $tool = memcheck ] && step "sanitizer_moe_delta_splits_$tool" compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/bgmv_moe_lora_delta_test" --gtest_filter='BgmvMoeGemm1.OddShapesBothPaths:BgmvMoeGemm2.ShapesAndPaths'
+    step "sanitizer_moe_delta_bench_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q \
+      scenarios/ci_moe_delta.json
+  done
+}
 for PROFILE in $PROFILES; do
 case "$PROFILE" in
   quick)
@@ -83,22 +102,7 @@ case "$PROFILE" in
       step "sanitizer_expand_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/lora_expand_test" \
         --gtest_filter='LoraExpand.PrefillKernelsSmallBatch:LoraExpand.StreamTwoChunks'
     done
-    # The MoE kernels (not yet reached through the bench's registry) under the sanitizers, on their
-    # odd-shape cases, the one call's split-K shrink (its tickets) and the w13 -> w2 chain.
-    for tool in memcheck racecheck initcheck; do
-      step "sanitizer_moe_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fused_moe_lora_test" \
-        --gtest_filter='Cases/FusedMoeLoraOdd.MatchesReference/fused?:AddLoraW13W2.*:Cases/FusedMoeLoraTiles.MatchesReference/splitk*'
-      step "sanitizer_moe_align_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/moe_lora_align_test" \
-        --gtest_filter='Cases/MoeLoraAlign.HoldsTheOrderFreeContract/odd?:MoeLoraAlignEdge.*'
-      # FlashInfer's MoE LoRA deltas (issue 45): both paths, both gemm1 modes, gemm2, odd shapes
-      step "sanitizer_moe_delta_$tool" compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bgmv_moe_lora_delta_test" \
-        --gtest_filter='BgmvMoeGemm1.FlashInferShapes:BgmvMoeGemm1.DtypesStrideZeroExpertsTileHeights:BgmvMoeGemm1.EmptyBatch:BgmvMoeGemm1.ExpandTilesCrossSlices:BgmvMoeGemm2.DtypesStrideZeroExperts'
-      # the grouped path's K splits (odd K, a partial last split) and column splits
-      [ $tool = memcheck ] && step "sanitizer_moe_delta_splits_$tool" compute-sanitizer --tool $tool --error-exitcode 9 \
-        "$BIN/bgmv_moe_lora_delta_test" --gtest_filter='BgmvMoeGemm1.OddShapesBothPaths:BgmvMoeGemm2.ShapesAndPaths'
-      step "sanitizer_moe_delta_bench_$tool" compute-sanitizer --tool $tool --error-exitcode 9 $PB check --backend cuda -q \
-        scenarios/ci_moe_delta.json
-    done
+    moe_checks
     step check_smoke $PB check --backend cuda -o "$OUT/check_smoke.json" --overwrite scenarios/smoke.json
     step check_smoke_nan_padding $PB check --backend cuda -q --nan-padding scenarios/smoke.json
     # every shrink / expand kind that --kernel can name, each over the smoke scenario with NaN padding
@@ -110,6 +114,13 @@ case "$PROFILE" in
     step check_ci_grid $PB check --backend cuda -q scenarios/ci_kernel_grid.json
     # every plan the automatic choice can return (plan_coverage_test), NaN padding on
     step check_plan_reach $PB check --backend cuda -q --nan-padding scenarios/ci_plan_reach.json
+    step check_ci_moe $PB check --backend cuda -q --nan-padding scenarios/ci_moe.json
+    step check_ci_moe_delta $PB check --backend cuda -q --nan-padding scenarios/ci_moe_delta.json
+    ;;
+  moe_quick)
+    # the MoE and delta kernels alone: their GPU tests, sanitizers and CI scenarios (NaN padding)
+    for t in fused_moe_lora_test moe_lora_align_test bgmv_moe_lora_delta_test; do step "gtest_$t" "$BIN/$t"; done
+    moe_checks
     step check_ci_moe $PB check --backend cuda -q --nan-padding scenarios/ci_moe.json
     step check_ci_moe_delta $PB check --backend cuda -q --nan-padding scenarios/ci_moe_delta.json
     ;;
