@@ -129,6 +129,7 @@ __device__ __forceinline__ void store_cols(TO* o, const float (&y)[kCols], int64
 template <class T>
 __global__ void __launch_bounds__(kThreads) shrink_pairs_kernel(Common c, T* u, int rows, int groups) {
   __shared__ float part[kWarps];
+  lora_dev::pdl_launch_dependents();  // the expand may start: it waits for this grid before reading u
   const int64_t p = blockIdx.x;
   const int s = int(blockIdx.y) / groups, g = int(blockIdx.y) % groups;
   const int l = slot_of(c, p);
@@ -183,9 +184,6 @@ __global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, con
   for (int q = 0; q < kCols; ++q) y[q] = 0.f;
   if (l >= 0) {
     const int r = rank_of(c, l), e = c.topk[p];
-    for (int i = threadIdx.x; i < c.S * r; i += kExpThreads)
-      us[i] = to_f(u[(int64_t(i / r) * c.P + p) * c.R + i % r]);
-    __syncthreads();
     const T* b[kCols];
     int so[kCols];
 #pragma unroll
@@ -195,12 +193,23 @@ __global__ void __launch_bounds__(kExpThreads) expand_pairs_kernel(Common c, con
       b[q] = col < W ? wmat<T>(c.tb, s * c.E + e, c.sb, l) + (col % c.N) * c.R : nullptr;
       so[q] = s * r;
     }
-    for (int j0 = 0; j0 < r; j0 += 16) {
-      uint4 v[2][kCols];
+    uint4 v[2][kCols];
+    auto load_b = [&](int j0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int q = 0; q < kCols; ++q) v[h][q] = load8(b[q] ? b[q] + j0 + 8 * h : nullptr, r - j0 - 8 * h);
+    };
+    // A programmatic dependent of the shrink: the first 16 rank elements of B (not written by it) are
+    // in flight before the wait for its u. (v live across the loop's back edge: ptxas spills 4 bytes
+    // with fp16 weights, 0 with bf16; loading only 8 before the wait spilled the same.)
+    load_b(0);
+    lora_dev::pdl_wait();
+    for (int i = threadIdx.x; i < c.S * r; i += kExpThreads)
+      us[i] = to_f(u[(int64_t(i / r) * c.P + p) * c.R + i % r]);
+    __syncthreads();
+    for (int j0 = 0; j0 < r; j0 += 16) {
+      if (j0 > 0) load_b(j0);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -232,6 +241,7 @@ __global__ void __launch_bounds__(kThreads) expand2_pairs_kernel(Common c, const
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t c0 = int64_t(blockIdx.y) * kE2Cols + lane * kCols;
+  lora_dev::pdl_wait();  // a programmatic dependent of the shrink (its launch overlaps the shrink)
   float y[kCols];
 #pragma unroll
   for (int q = 0; q < kCols; ++q) y[q] = 0.f;
@@ -750,7 +760,8 @@ void launch_bgmv_moe_gemm1_lora_delta(const BgmvMoeGemm1Args& a, cudaStream_t st
         T* u = static_cast<T*>(a.workspace);
         launch_shrink_pairs<T>(c, u, st);
         const unsigned tiles = unsigned(ceil_div(W, int64_t(kExpThreads) * kCols));
-        expand_pairs_kernel<T, TO><<<dim3(unsigned(c.P), tiles), kExpThreads, std::size_t(c.S) * c.R * 4, st>>>(c, u, out, ld);
+        lora_dev::launch_kernel(expand_pairs_kernel<T, TO>, dim3(unsigned(c.P), tiles), dim3(kExpThreads),
+                                std::size_t(c.S) * c.R * 4, st, true, c, static_cast<const T*>(u), out, ld);
         PUNICA_CUDA_CHECK_LAUNCH();
         return;
       }
@@ -784,7 +795,8 @@ void launch_bgmv_moe_gemm2_lora_delta(const BgmvMoeGemm2Args& a, cudaStream_t st
         T* u = static_cast<T*>(a.workspace);
         launch_shrink_pairs<T>(c, u, st);
         const unsigned tiles = unsigned(ceil_div(c.N, kE2Cols));
-        expand2_pairs_kernel<T, TO><<<dim3(unsigned(a.num_tokens), tiles), kThreads, 0, st>>>(c, u, a.topk_weights, out, ld);
+        lora_dev::launch_kernel(expand2_pairs_kernel<T, TO>, dim3(unsigned(a.num_tokens), tiles), dim3(kThreads), 0, st,
+                                true, c, static_cast<const T*>(u), a.topk_weights, out, ld);
         PUNICA_CUDA_CHECK_LAUNCH();
         return;
       }

@@ -36,6 +36,15 @@ inline float warp_sum(float v) {
   for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// Programmatic dependent launch: launches run one after another here, so the wait has nothing to
+// wait for (a read before it is still a read of what the previous launch wrote).
+inline void pdl_wait() {}
+inline void pdl_launch_dependents() {}
+template <class... Params, class... Args>
+inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t, bool,
+                          Args&&... args) {
+  ::emu::launch([&](int) { kernel(args...); }, grid, block.x, smem, 0);
+}
 // cp.async: each fiber's copies are queued and land only at its cp_async_wait (a read of the
 // destination before the wait and its barrier sees the old bytes, as it may on the GPU).
 struct AsyncCopy { void* dst; const void* src; int bytes; long group; };
