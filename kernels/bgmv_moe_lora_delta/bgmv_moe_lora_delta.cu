@@ -367,8 +367,6 @@ template <class T>
 __global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int64_t pair_sh[64], xrow_sh[64];
-  __shared__ const T* xbase_sh[64];                          // the block's x rows (null: padding)
-  __shared__ const T* abase_sh[kBgmvGroupedMaxCols];  // A row j of slice s at s * rp + j
   const Common& c = g.c;
   const int l = blockIdx.y;
   const int e = grouped_block(g, l, blockIdx.x, pair_sh, xrow_sh);
@@ -385,16 +383,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) 
   float acc[kMaxTiles][4];
 #pragma unroll
   for (int i = 0; i < kMaxTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  const int qn = kc / 8, qs = __ffs(qn) - 1;  // 16-byte pieces per staged row (kc: 64, 128 or 256)
-  // Row bases once per block: the staging below is per piece a shift, a mask and an add (runtime
-  // divisions and a pointer-table read per piece before; ncu at 35e2d39: the shrink 0.54 issue at
-  // 8.7% of DRAM, latency- and instruction-bound).
-  if (tid < bm) xbase_sh[tid] = xrow_sh[tid] >= 0 ? X + xrow_sh[tid] * c.K : nullptr;
-  for (int i = tid; i < SR; i += kThreads) {
-    const int s = i / rp, j = i % rp;
-    abase_sh[i] = j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K : nullptr;
-  }
-  __syncthreads();
+  const int qn = kc / 8;  // 16-byte pieces per staged row
   const int64_t stage_elems = g_x_elems(bm, kc) + g_a_elems(g.sr_max, kc);
   // K stage [k0, k0 + kc) into buffer b: cp.async where a piece is whole and 16-byte aligned, else a
   // load and a store (odd K or strides; zeros past K and the true rank)
@@ -406,16 +395,15 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_shrink_kernel(Grouped g) 
     T* bX = sX + b * stage_elems;
     T* bA = bX + g_x_elems(bm, kc);
     for (int i = tid; i < bm * qn; i += kThreads) {
-      const int m = i >> qs, q = i & (qn - 1);
+      const int m = i / qn, q = i % qn;
       const int64_t col = k0 + q * 8;
-      const T* xb = xbase_sh[m];
-      put(bX + m * ldx + q * 8, xb ? xb + col : nullptr, ke - col);
+      put(bX + m * ldx + q * 8, xrow_sh[m] >= 0 ? X + xrow_sh[m] * c.K + col : nullptr, ke - col);
     }
     for (int i = tid; i < SR * qn; i += kThreads) {
-      const int ci = i >> qs, q = i & (qn - 1);
+      const int ci = i / qn, q = i % qn, s = ci / rp, j = ci % rp;
       const int64_t col = k0 + q * 8;
-      const T* ab = abase_sh[ci];
-      put(bA + ci * ldx + q * 8, ab ? ab + col : nullptr, ke - col);
+      put(bA + ci * ldx + q * 8, j < r ? wmat<T>(c.ta, s * c.E + e, c.sa, l) + int64_t(j) * c.K + col : nullptr,
+          ke - col);
     }
     lora_dev::cp_async_commit();
   };
