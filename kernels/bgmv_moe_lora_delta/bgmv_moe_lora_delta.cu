@@ -338,11 +338,6 @@ inline int grouped_kc(int bm, int sr_max, int64_t K, std::size_t tsize) {
   return kc;
 }
 
-// The same into 16-byte aligned shared memory.
-template <class T>
-__device__ __forceinline__ void stage8(T* dst, const T* src, int64_t n) {
-  *reinterpret_cast<uint4*>(dst) = load8(src, n);
-}
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // The live alignment block (l, b) of a grouped launch: its expert, or -1 when the block is past the
